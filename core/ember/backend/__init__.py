@@ -1,0 +1,104 @@
+"""The Backend protocol, the default backend, and the names users import backends by.
+
+A backend is a value. It executes primitives of the op table on its own primitive objects
+("prims": a NumPy array for NdArray, a GPU buffer handle for Wgpu, a tape node for Autodiff)
+and moves data in and out as NumPy arrays. Decorators (Autodiff, Fusion) are backends that
+wrap an `inner` backend and speak the same protocol, so they compose in any order.
+
+The protocol is small on purpose:
+    execute(op, inputs, attrs) -> prim     run one primitive (op: an entry of ember.ops.OPS)
+    from_numpy(array) -> prim              array already holds an ember dtype
+    to_numpy(prim) -> np.ndarray           the only blocking read
+    await to_numpy_async(prim)             the browser's way to read
+    sync()                                 wait for queued work (no-op for eager CPU)
+Shapes and dtypes never come from a backend: the op table's rules give them, so a lazy backend
+need not run anything to answer `x.shape`.
+"""
+
+import os
+
+from ..errors import BackendError
+
+
+class Backend:
+    """Base class: subclasses implement execute, from_numpy and to_numpy."""
+
+    inner = None  # the wrapped backend, for decorators
+
+    def execute(self, op, inputs, attrs):
+        raise NotImplementedError
+
+    def from_numpy(self, array):
+        raise NotImplementedError
+
+    def to_numpy(self, prim):
+        raise NotImplementedError
+
+    async def to_numpy_async(self, prim):
+        return self.to_numpy(prim)
+
+    def sync(self):
+        pass
+
+    def key(self):
+        """What makes two instances the same backend (equal keys share tensors freely)."""
+        return (type(self).__name__, self.inner.key() if self.inner is not None else None)
+
+    def __eq__(self, other):
+        return isinstance(other, Backend) and self.key() == other.key()
+
+    def __hash__(self):
+        return hash(self.key())
+
+    def __repr__(self):
+        return str(self)
+
+
+_REGISTRY = {}
+_default = None
+
+
+def register(name, factory):
+    """Make a backend constructible by name, for EMBER_BACKEND (e.g. "ndarray")."""
+    _REGISTRY[name.lower()] = factory
+
+
+def from_name(spec):
+    """Build a backend from a name such as "ndarray" or "autodiff(ndarray)"."""
+    spec = spec.strip().lower().replace(" ", "")
+    if "(" in spec:
+        if not spec.endswith(")"):
+            raise BackendError(f"backend name {spec!r}: unbalanced parentheses")
+        outer, rest = spec.split("(", 1)
+        return _lookup(outer, spec)(from_name(rest[:-1]))
+    return _lookup(spec, spec)()
+
+
+def _lookup(name, spec):
+    if name not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY))
+        raise BackendError(f"unknown backend {name!r} in {spec!r}; known backends: {known} "
+                           "(decorators wrap others, e.g. autodiff(ndarray))")
+    return _REGISTRY[name]
+
+
+def set_default_backend(backend):
+    """The backend used by creation functions that get no backend=."""
+    global _default
+    if not isinstance(backend, Backend):
+        raise BackendError(f"set_default_backend: expected a backend such as NdArray(), "
+                           f"got {backend!r}")
+    _default = backend
+
+
+def default_backend():
+    """The default backend: set_default_backend's, else $EMBER_BACKEND's, else NdArray()."""
+    global _default
+    if _default is None:
+        _default = from_name(os.environ.get("EMBER_BACKEND", "") or "ndarray")
+    return _default
+
+
+from ..backends.ndarray import NdArray  # noqa: E402  (registers itself)
+
+__all__ = ["Backend", "NdArray", "default_backend", "register", "set_default_backend"]

@@ -1,0 +1,1 @@
+"""Backend implementations. Import them from ember.backend."""

@@ -1,0 +1,100 @@
+"""THE op table: every primitive of ember is declared here, once, and nowhere else.
+
+An entry holds everything about a primitive on adjacent lines: its name, its kind (which gives
+the default shape and dtype rule), the NumPy implementation (the reference every backend is
+tested against), the WGSL expression or kernel name, and the gradient rule written with
+ember's own tensor ops (so it runs on every backend and can itself be differentiated).
+
+Backends and decorators read this table; they never name an op. The Tensor class gets its
+primitive methods from it; composites (softmax, gelu, clamp, ...) are Tensor methods.
+
+Calling conventions
+- inputs: backend primitives, or Python scalars where the kind allows them (elementwise ops);
+  the Tensor layer has already cast every tensor input to the dtype the op computes in.
+- attrs: static Python values (dims, shapes, slices) passed as keyword arguments.
+- np(*inputs, out=None, **attrs): `out` is an input's own buffer that the backend may
+  overwrite (Burn's ownership optimisation); only offered for inputs listed in `donors`.
+- grad(g, out, *inputs, **attrs) -> one gradient per input (a Tensor or None), where g, out
+  and inputs are Tensors. `saves` names what the rule reads: "out" and/or input positions,
+  so Autodiff keeps only those alive.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import shape as S
+from ..errors import DTypeError
+
+UNARY, BINARY, COMPARE, REDUCE, INDEX, MOVEMENT, LINALG, SOURCE = (
+    "unary", "binary", "compare", "reduce", "index", "movement", "linalg", "source")
+ELEMENTWISE = (UNARY, BINARY, COMPARE)
+
+
+def _same_shape(*shapes, **attrs):
+    return shapes[0]
+
+
+def _same_dtype(*dtypes, **attrs):
+    return dtypes[0]
+
+
+def _bool(*dtypes, **attrs):
+    return "bool"
+
+
+def _reduce_shape(shape, dims, **attrs):
+    return tuple(1 if i in dims else s for i, s in enumerate(shape))
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    name: str
+    kind: str
+    np: Callable
+    wgsl: str | None = None
+    grad: Callable | None = None
+    shape: Callable | None = None
+    dtype: Callable | None = None
+    saves: tuple = ()
+    donors: tuple = ()          # input positions whose buffer the output may reuse
+    float_only: bool = False    # inputs are cast to a float dtype first (exp, div, ...)
+    scalars: bool = False       # Python scalars are accepted as inputs
+    dtypes: tuple | None = None  # dtypes the op takes; None: all
+    meta: dict = field(default_factory=dict)
+
+    def __repr__(self):
+        return f"Op({self.name})"
+
+    def out_shape(self, *shapes, **attrs):
+        return self.shape(*shapes, **attrs)
+
+    def out_dtype(self, *dtypes, **attrs):
+        if self.dtypes is not None:
+            for d in dtypes:
+                if d is not None and d not in self.dtypes:
+                    raise DTypeError(f"{self.name}: dtype {d} is not supported; "
+                                     f"it takes {', '.join(self.dtypes)}")
+        return self.dtype(*dtypes, **attrs)
+
+
+OPS: dict[str, Op] = {}
+
+
+def op(name, kind, np, wgsl=None, grad=None, **rules: Any):
+    """Declare a primitive. Kinds give default rules; `rules` override them."""
+    defaults = {
+        UNARY: dict(shape=_same_shape, dtype=_same_dtype, donors=(0,)),
+        BINARY: dict(shape=lambda *s, **a: S.broadcast(name, *s), dtype=_same_dtype,
+                     donors=(0, 1), scalars=True),
+        COMPARE: dict(shape=lambda *s, **a: S.broadcast(name, *s), dtype=_bool, scalars=True),
+        REDUCE: dict(shape=_reduce_shape, dtype=_same_dtype),
+    }.get(kind, {})
+    entry = Op(name, kind, np, wgsl, grad, **{**defaults, **rules})
+    if name in OPS:
+        raise ValueError(f"op {name!r} declared twice")
+    OPS[name] = entry
+    return entry
+
+
+from . import definitions  # noqa: E402,F401  (fills OPS)

@@ -1,0 +1,356 @@
+"""The primitives. One entry each; see ops/__init__.py for the calling conventions.
+
+Gradient rules return one value per input in the *output's* shape; Autodiff sums a gradient
+down to its input's shape where the op broadcast it, so the rules stay one line each.
+"""
+
+import math
+
+import numpy as np
+
+from .. import shape as S
+from ..dtype import DEFAULT_INT
+from ..errors import DTypeError, ShapeError
+from . import BINARY, COMPARE, INDEX, LINALG, MOVEMENT, REDUCE, SOURCE, UNARY, op
+from .numerics import erf as _np_erf
+
+_FLOATS = ("float32", "float64")
+_NUMBERS = ("int32", "int64", "float32", "float64")
+
+
+def _quiet(fn):
+    """NumPy warns on overflow, log(0), sqrt(-1) and x/0; ember returns inf/nan silently, as
+    every GPU backend does."""
+    def run(*args, **kw):
+        with np.errstate(all="ignore"):
+            return fn(*args, **kw)
+    run.__name__ = getattr(fn, "__name__", "run")
+    return run
+
+
+# ---- unary -------------------------------------------------------------------------------
+def unary(name, np_fn, wgsl, grad, saves, float_only=True, **kw):
+    dtypes = _FLOATS if float_only else _NUMBERS
+    return op(name, UNARY, np_fn, wgsl, grad, saves=saves, float_only=float_only,
+              dtypes=dtypes, **kw)
+
+
+unary("exp", _quiet(np.exp), "exp({0})", lambda g, y, x: (g * y,), ("out",))
+unary("log", _quiet(np.log), "log({0})", lambda g, y, x: (g / x,), (0,))
+unary("sqrt", _quiet(np.sqrt), "sqrt({0})", lambda g, y, x: (g / (y * 2),), ("out",))
+unary("erf", _np_erf, "op_erf({0})",
+            lambda g, y, x: (g * (x * x * -1).exp() * (2 / math.sqrt(math.pi)),), (0,))
+unary("tanh", np.tanh, "tanh({0})", lambda g, y, x: (g * (1 - y * y),), ("out",))
+unary("sin", np.sin, "sin({0})", lambda g, y, x: (g * x.cos(),), (0,))
+unary("cos", np.cos, "cos({0})", lambda g, y, x: (-(g * x.sin()),), (0,))
+unary("neg", np.negative, "(-{0})", lambda g, y, x: (-g,), (), float_only=False)
+unary("abs", np.abs, "abs({0})", lambda g, y, x: (g * x.sign(),), (0,), float_only=False)
+
+
+# ---- binary (Python scalars allowed on either side) ---------------------------------------
+def binary(name, np_fn, wgsl, grad, saves, float_only=False, **kw):
+    dtypes = _FLOATS if float_only else _NUMBERS
+    return op(name, BINARY, np_fn, wgsl, grad, saves=saves, float_only=float_only,
+              dtypes=dtypes, **kw)
+
+
+def _max_grad(g, y, a, b):
+    # ties share the gradient, as PyTorch does for maximum/minimum
+    wa = (a == y).cast(g.dtype)
+    if isinstance(b, (int, float)):
+        return (g * wa, None)
+    wb = (b == y).cast(g.dtype)
+    share = wa + wb
+    return (g * wa / share, g * wb / share)
+
+
+binary("add", np.add, "({0} + {1})", lambda g, y, a, b: (g, g), ())
+binary("sub", np.subtract, "({0} - {1})", lambda g, y, a, b: (g, -g), ())
+binary("mul", np.multiply, "({0} * {1})", lambda g, y, a, b: (g * b, g * a), (0, 1))
+binary("div", _quiet(np.divide), "({0} / {1})",
+             lambda g, y, a, b: (g / b, -(g * y / b)), (1, "out"), float_only=True)
+binary("pow", _quiet(np.power), "op_pow({0}, {1})",
+             lambda g, y, a, b: (g * b * a ** (b - 1), g * y * a.log()), (0, 1, "out"),
+             float_only=True)
+binary("maximum", np.maximum, "max({0}, {1})", _max_grad, (0, 1, "out"))
+binary("minimum", np.minimum, "min({0}, {1})", _max_grad, (0, 1, "out"))
+
+
+# ---- comparisons: bool results, no gradient ------------------------------------------------
+def compare(name, np_fn, wgsl):
+    return op(name, COMPARE, np_fn, wgsl)
+
+
+compare("eq", np.equal, "({0} == {1})")
+compare("ne", np.not_equal, "({0} != {1})")
+compare("lt", np.less, "({0} < {1})")
+compare("le", np.less_equal, "({0} <= {1})")
+compare("gt", np.greater, "({0} > {1})")
+compare("ge", np.greater_equal, "({0} >= {1})")
+
+
+# ---- dtype --------------------------------------------------------------------------------
+op("cast", UNARY, lambda x, dtype: x.astype(dtype), "{dtype}({0})",
+          lambda g, y, x, dtype: (g.cast(x.dtype) if x.dtype in _FLOATS else None,),
+          dtype=lambda d, dtype: dtype, donors=())
+
+
+# ---- reductions over `dims`, always keeping them (the Tensor layer drops them) ---------------
+def _nonempty(name):
+    def rule(shape, dims):
+        for d in dims:
+            if shape[d] == 0:
+                raise ShapeError(f"{name}: cannot reduce dim {d} of size 0 (shape "
+                                 f"{S.fmt(shape)}): {name} of nothing is undefined")
+        return tuple(1 if i in dims else s for i, s in enumerate(shape))
+    return rule
+
+
+def _extreme_grad(g, y, x, dims):
+    hit = (x == y).cast(g.dtype)
+    return (g * hit / hit.sum_dim(dims),)
+
+
+op("sum", REDUCE, lambda x, dims: np.sum(x, axis=dims, keepdims=True, dtype=x.dtype),
+         "sum", lambda g, y, x, dims: (g.expand(x.shape),), dtypes=_NUMBERS)
+op("max", REDUCE, lambda x, dims: np.max(x, axis=dims, keepdims=True), "max",
+         _extreme_grad, saves=(0, "out"), shape=_nonempty("max"))
+op("min", REDUCE, lambda x, dims: np.min(x, axis=dims, keepdims=True), "min",
+         _extreme_grad, saves=(0, "out"), shape=_nonempty("min"))
+op("argmax", REDUCE,
+            lambda x, dims: np.argmax(x, axis=dims[0], keepdims=True).astype(DEFAULT_INT),
+            "argmax", shape=_nonempty("argmax"), dtype=lambda d, dims: DEFAULT_INT)
+op("argmin", REDUCE,
+            lambda x, dims: np.argmin(x, axis=dims[0], keepdims=True).astype(DEFAULT_INT),
+            "argmin", shape=_nonempty("argmin"), dtype=lambda d, dims: DEFAULT_INT)
+
+
+# ---- movement: views where the backend can, copies otherwise ------------------------------
+def _same(*dtypes, **attrs):
+    return dtypes[0]
+
+
+def _reshape_rule(shape, shape_to):
+    if S.prod(shape) != S.prod(shape_to):
+        raise ShapeError(f"reshape: cannot reshape {S.fmt(shape)} into {S.fmt(shape_to)}")
+    return shape_to
+
+
+def _expand_rule(shape, shape_to):
+    if len(shape_to) < len(shape) or S.broadcast("expand", shape, shape_to) != shape_to:
+        raise ShapeError(f"expand: cannot expand {S.fmt(shape)} to {S.fmt(shape_to)}; each dim "
+                         "must be equal or 1, aligned on the right")
+    return shape_to
+
+
+def _inverse(dims):
+    inv = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inv[d] = i
+    return tuple(inv)
+
+
+def _np_slices(starts, stops, steps):
+    # range-normalised stops are -1 only for negative steps running past index 0
+    return tuple(slice(a, None if b < 0 else b, c) for a, b, c in zip(starts, stops, steps))
+
+
+def _slice_rule(shape, starts, stops, steps):
+    return S.slice_shape(starts, stops, steps)
+
+
+def _slice_grad(g, y, x, starts, stops, steps):
+    return (g.new_zeros(x.shape).slice_assign(_np_slices(starts, stops, steps), g),)
+
+
+op("reshape", MOVEMENT, lambda x, shape_to: np.reshape(x, shape_to), None,
+             lambda g, y, x, shape_to: (g.reshape(x.shape),), shape=_reshape_rule, dtype=_same)
+op("permute", MOVEMENT, lambda x, dims: np.transpose(x, dims), None,
+             lambda g, y, x, dims: (g.permute(_inverse(dims)),),
+             shape=lambda s, dims: tuple(s[d] for d in dims), dtype=_same)
+op("expand", MOVEMENT, lambda x, shape_to: np.broadcast_to(x, shape_to), None,
+            lambda g, y, x, shape_to: (g,), shape=_expand_rule, dtype=_same)
+op("slice", MOVEMENT, lambda x, starts, stops, steps: x[_np_slices(starts, stops, steps)],
+           "slice", _slice_grad, shape=_slice_rule, dtype=_same)
+
+
+def _cat_rule(*shapes, dim):
+    first = shapes[0]
+    for s in shapes[1:]:
+        if len(s) != len(first) or any(a != b for i, (a, b) in enumerate(zip(s, first))
+                                       if i != dim):
+            listed = " and ".join(S.fmt(x) for x in shapes)
+            raise ShapeError(f"cat: shapes {listed} differ outside dim {dim}; all but the cat "
+                             "dim must match")
+    return first[:dim] + (sum(s[dim] for s in shapes),) + first[dim + 1:]
+
+
+def _cat_grad(g, y, *xs, dim):
+    grads, at = [], 0
+    for x in xs:
+        n = x.shape[dim]
+        grads.append(g[(slice(None),) * dim + (slice(at, at + n),)])
+        at += n
+    return tuple(grads)
+
+
+op("cat", MOVEMENT, lambda *xs, dim: np.concatenate(xs, axis=dim), "cat", _cat_grad,
+         shape=_cat_rule, dtype=_same)
+
+
+# ---- indexing and masks -------------------------------------------------------------------
+def _check_index(name, idx, size, dim):
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        bad = idx.min() if idx.min() < 0 else idx.max()
+        raise ShapeError(f"{name}: index {bad} is out of range for dim {dim} of size {size}; "
+                         f"indices must lie in [0, {size})")
+
+
+def _slice_assign_np(x, v, starts, stops, steps, out=None):
+    out = x.copy() if out is None else out
+    out[_np_slices(starts, stops, steps)] = v
+    return out
+
+
+def _slice_assign_rule(shape, vshape, starts, stops, steps):
+    region = S.slice_shape(starts, stops, steps)
+    if S.broadcast("slice_assign", vshape, region) != region:
+        raise ShapeError(f"slice_assign: value of shape {S.fmt(vshape)} does not fit the region "
+                         f"{S.fmt(region)} of a tensor of shape {S.fmt(shape)}")
+    return shape
+
+
+op(
+    "slice_assign", INDEX, _slice_assign_np, "slice_assign",
+    lambda g, y, x, v, starts, stops, steps: (
+        g.slice_assign(_np_slices(starts, stops, steps), 0), g[_np_slices(starts, stops, steps)]),
+    shape=_slice_assign_rule, dtype=_same, donors=(0,), scalars=True)
+
+
+def _gather_rule(shape, ishape, dim):
+    if len(ishape) != len(shape) or any(a != b for i, (a, b) in enumerate(zip(shape, ishape))
+                                        if i != dim):
+        raise ShapeError(f"gather/scatter: indices of shape {S.fmt(ishape)} must match the "
+                         f"tensor's shape {S.fmt(shape)} in every dim but dim {dim}")
+    return ishape
+
+
+def _gather_np(x, idx, dim):
+    _check_index("gather", idx, x.shape[dim], dim)
+    return np.take_along_axis(x, idx, axis=dim)
+
+
+def _scatter_np(x, idx, v, dim, out=None):
+    _check_index("scatter", idx, x.shape[dim], dim)
+    out = x.copy() if out is None else out
+    where = list(np.indices(idx.shape, sparse=True))
+    where[dim] = idx
+    np.add.at(out, tuple(where), v)
+    return out
+
+
+def _scatter_rule(shape, ishape, vshape, dim):
+    _gather_rule(shape, ishape, dim)
+    if vshape != ishape:
+        raise ShapeError(f"scatter: values of shape {S.fmt(vshape)} must have the indices' shape "
+                         f"{S.fmt(ishape)}")
+    return shape
+
+
+_INDEX_DTYPES = ("int32", "int64")
+
+
+def _index_dtype(name, i):
+    if i not in _INDEX_DTYPES:
+        raise DTypeError(f"{name}: indices must be int32 or int64, got {i}; "
+                         "cast them with .cast('int32')")
+
+
+def _gather_dtype(d, i, dim):
+    _index_dtype("gather", i)
+    return d
+
+
+def _scatter_dtype(d, i, v, dim):
+    _index_dtype("scatter", i)
+    return d
+
+
+def _select_rule(shape, ishape, dim):
+    if len(ishape) != 1:
+        raise ShapeError(f"select: indices must be 1-D, got shape {S.fmt(ishape)}")
+    return shape[:dim] + ishape + shape[dim + 1:]
+
+
+def _select_np(x, idx, dim):
+    _check_index("select", idx, x.shape[dim], dim)
+    return np.take(x, idx, axis=dim)
+
+
+def _select_dtype(d, i, dim):
+    _index_dtype("select", i)
+    return d
+
+
+def _select_grad(g, y, x, idx, dim):
+    shape = [1] * g.ndim
+    shape[dim] = idx.shape[0]
+    full = idx.reshape(shape).expand(g.shape)
+    return (g.new_zeros(x.shape).scatter(dim, full, g), None)
+
+
+op("gather", INDEX, _gather_np, "gather",
+            lambda g, y, x, idx, dim: (g.new_zeros(x.shape).scatter(dim, idx, g), None),
+            saves=(1,), shape=_gather_rule, dtype=_gather_dtype)
+op("scatter", INDEX, _scatter_np, "scatter",
+             lambda g, y, x, idx, v, dim: (g, None, g.gather(dim, idx)),
+             saves=(1,), shape=_scatter_rule, dtype=_scatter_dtype, donors=(0,))
+op("select", INDEX, _select_np, "select", _select_grad, saves=(1,),
+            shape=_select_rule, dtype=_select_dtype)
+
+
+def _mask_where_grad(g, y, x, mask, value):
+    gv = None if isinstance(value, (int, float)) else g * mask.cast(g.dtype)
+    return (g.mask_fill(mask, 0), None, gv)
+
+
+def _mask_where_np(x, mask, value, out=None):
+    if out is None:
+        return np.where(mask, value, x)
+    np.copyto(out, value, where=mask)
+    return out
+
+
+def _mask_where_dtype(d, m, v):
+    if m != "bool":
+        raise DTypeError(f"mask_where: the mask must be bool, got {m}; build it with a "
+                         "comparison such as x > 0")
+    return d
+
+
+op(
+    "mask_where", INDEX, _mask_where_np, "select({0}, {2}, {1})",
+    _mask_where_grad,
+    saves=(1,), shape=lambda *s: S.broadcast("mask_where", *s), dtype=_mask_where_dtype,
+    donors=(0,), scalars=True)
+
+
+# ---- linear algebra -----------------------------------------------------------------------
+def _matmul_rule(a, b):
+    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        raise ShapeError(f"matmul: cannot multiply {S.fmt(a)} by {S.fmt(b)}: the last dim of the "
+                         f"left ({a[-1] if a else '-'}) must equal the second-to-last of the right "
+                         f"({b[-2] if len(b) > 1 else '-'})")
+    batch = S.broadcast("matmul", a[:-2], b[:-2])
+    return batch + (a[-2], b[-1])
+
+
+op("matmul", LINALG, np.matmul, "matmul",
+            lambda g, y, a, b: (g @ b.swap_dims(-1, -2), a.swap_dims(-1, -2) @ g), saves=(0, 1),
+            shape=_matmul_rule, dtype=_same, dtypes=_NUMBERS)
+
+
+# ---- sources ------------------------------------------------------------------------------
+op("full", SOURCE, lambda shape_to, value, dtype: np.full(shape_to, value, dtype=dtype),
+          "full", shape=lambda shape_to, value, dtype: shape_to,
+          dtype=lambda shape_to, value, dtype: dtype)
