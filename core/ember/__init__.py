@@ -1,7 +1,9 @@
 """ember: a deep-learning framework after Rust's Burn, native and in the browser."""
 
-from . import dtype, ops
-from .backend import default_backend, set_default_backend
+# ember.backend first: it loads the backend implementations, which import the rest
+from .backend import default_backend, set_default_backend  # noqa: I001
+from . import autodiff, dtype, ops
+from .autodiff import Gradients, no_grad
 from .distribution import Distribution, seed
 from .errors import BackendError, DTypeError, EmberError, ShapeError
 from .tensor import Tensor
@@ -9,6 +11,7 @@ from .tensor import Tensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendError", "DTypeError", "Distribution", "EmberError", "ShapeError", "Tensor",
-    "default_backend", "dtype", "ops", "seed", "set_default_backend",
+    "BackendError", "DTypeError", "Distribution", "EmberError", "Gradients", "ShapeError",
+    "Tensor", "autodiff", "default_backend", "dtype", "no_grad", "ops", "seed",
+    "set_default_backend",
 ]

@@ -143,7 +143,7 @@ def _elementwise(op, a, b=_NO):
     shape = shapes[0] if len(shapes) == 1 else S.broadcast(op.name, *shapes)
     out_dtype = op.out_dtype(dt)
     try:
-        prim = backend.execute(op, prims, {})
+        prim = backend.execute(op, prims, {}, shape, out_dtype)
     except BaseException:
         _restore(inputs, prims)
         raise
@@ -165,7 +165,7 @@ def _apply(op, x, *rest, **attrs):
     dtype = op.out_dtype(*(t.dtype if isinstance(t, Tensor) else None for t in inputs), **attrs)
     prims = [_take(x, op, 0, "apply")] + [t._prim if isinstance(t, Tensor) else t for t in rest]
     try:
-        prim = backend.execute(op, prims, attrs)
+        prim = backend.execute(op, prims, attrs, shape, dtype)
     except BaseException:
         _restore(inputs, prims)
         raise
@@ -254,9 +254,8 @@ class Tensor:
         dtype = D.canonical(dtype, "full")
         if isinstance(value, np.generic):
             value = value.item()
-        return Tensor(backend.execute(OPS["full"], [], dict(shape_to=shape, value=value,
-                                                              dtype=dtype)),
-                      backend, shape, dtype)
+        attrs = dict(shape_to=shape, value=value, dtype=dtype)
+        return Tensor(backend.execute(OPS["full"], [], attrs, shape, dtype), backend, shape, dtype)
 
     @staticmethod
     def zeros(shape, backend=None, dtype="float32"):
@@ -754,9 +753,10 @@ class Tensor:
         fn = getattr(self.backend, "detach", None)
         return fn(self) if fn else self
 
-    def backward(self):
-        """Gradients of this tensor with respect to every tensor that requires them."""
-        return self._autodiff("backward")(self)
+    def backward(self, retain_graph=False):
+        """Gradients of this tensor with respect to every tensor that requires them (an
+        ember.Gradients). A non-scalar tensor is seeded with ones, as Burn does."""
+        return self._autodiff("backward")(self, retain_graph=retain_graph)
 
     def grad(self, grads):
         """This tensor's gradient in `grads` (from backward()), or None."""
@@ -821,7 +821,7 @@ def _value_tensor(op, values, like):
 class _Probe(Backend):
     """A backend that only hands back its first input: the calibration runs nothing."""
 
-    def execute(self, op, inputs, attrs):
+    def execute(self, op, inputs, attrs, shape, dtype):
         return inputs[0] if inputs and isinstance(inputs[0], np.ndarray) else np.zeros(1)
 
 

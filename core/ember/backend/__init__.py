@@ -6,7 +6,9 @@ and moves data in and out as NumPy arrays. Decorators (Autodiff, Fusion) are bac
 wrap an `inner` backend and speak the same protocol, so they compose in any order.
 
 The protocol is small on purpose:
-    execute(op, inputs, attrs) -> prim     run one primitive (op: an entry of ember.ops.OPS)
+    execute(op, inputs, attrs, shape, dtype) -> prim
+                                           run one primitive (op: an entry of ember.ops.OPS);
+                                           shape/dtype: the result's, from the op's rules
     from_numpy(array) -> prim              array already holds an ember dtype
     to_numpy(prim) -> np.ndarray           the only blocking read
     await to_numpy_async(prim)             the browser's way to read
@@ -16,8 +18,22 @@ need not run anything to answer `x.shape`.
 """
 
 import os
+import sys
 
 from ..errors import BackendError
+
+
+def _count(inputs, i):
+    return sys.getrefcount(inputs[i])
+
+
+_FREE = _count([object()], 0)  # measured, not assumed: CPython versions count differently
+
+
+def sole_owner(inputs, i):
+    """True when the `inputs` list alone refers to `inputs[i]`, so an op may overwrite it.
+    Any other reference (a tensor, a view's base, a saved activation, a caller's local) fails."""
+    return _count(inputs, i) <= _FREE
 
 
 class Backend:
@@ -25,7 +41,7 @@ class Backend:
 
     inner = None  # the wrapped backend, for decorators
 
-    def execute(self, op, inputs, attrs):
+    def execute(self, op, inputs, attrs, shape, dtype):
         raise NotImplementedError
 
     def from_numpy(self, array):
@@ -99,6 +115,9 @@ def default_backend():
     return _default
 
 
-from ..backends.ndarray import NdArray  # noqa: E402  (registers itself)
+# the implementations register themselves; they import this module, so they come last
+from ..autodiff import Autodiff  # noqa: E402
+from ..backends.ndarray import NdArray  # noqa: E402
 
-__all__ = ["Backend", "NdArray", "default_backend", "register", "set_default_backend"]
+__all__ = ["Autodiff", "Backend", "NdArray", "default_backend", "register",
+           "set_default_backend"]

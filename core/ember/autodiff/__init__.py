@@ -1,0 +1,322 @@
+"""Autodiff(inner): Burn's autodiff as a backend decorator.
+
+It wraps any backend. Its prims (ADPrim) pair the inner backend's prim with the graph node
+that produced it; executing an op runs it on the inner backend and, when an input is tracked,
+records a Node holding only what the op's gradient rule reads (the op table's `saves`).
+`backward()` walks the nodes in reverse topological order and calls each op's grad rule from
+the table, on the inner backend (or on this one, to build a graph of the gradient itself:
+`grad(..., create_graph=True)`, for double backward). Gradients are plain values: a
+`Gradients` container keyed by leaf, holding tensors of the inner backend.
+
+Nothing here names an op: everything comes from the op table.
+"""
+
+import itertools
+import threading
+
+from ..backend import Backend, register, sole_owner
+from ..dtype import is_float
+from ..errors import BackendError, DTypeError
+from ..tensor import Tensor
+
+_state = threading.local()  # per thread: no_grad in one thread does not affect another
+_ids = itertools.count(1)
+
+
+def is_grad_enabled():
+    return getattr(_state, "enabled", True)
+
+
+class no_grad:  # noqa: N801  (a context manager, named like PyTorch's)
+    """`with ember.no_grad():` runs ops without recording them (inference, updates)."""
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _state.enabled = False
+
+    def __exit__(self, *exc):
+        _state.enabled = self._prev
+
+    def __call__(self, fn):
+        def wrapped(*args, **kw):
+            with no_grad():
+                return fn(*args, **kw)
+        wrapped.__name__ = getattr(fn, "__name__", "wrapped")
+        return wrapped
+
+
+class enable_grad(no_grad):  # noqa: N801
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _state.enabled = True
+
+
+class Node:
+    """One recorded op (or, with op None, a leaf that requires grad)."""
+
+    __slots__ = ("op", "attrs", "parents", "metas", "saved", "id")
+
+    def __init__(self, op, attrs, parents, metas, saved):
+        self.op, self.attrs, self.parents, self.metas, self.saved = op, attrs, parents, metas, saved
+        self.id = next(_ids)
+
+
+class ADPrim:
+    __slots__ = ("prim", "node", "shape", "dtype")
+
+    def __init__(self, prim, node, shape, dtype):
+        self.prim, self.node, self.shape, self.dtype = prim, node, shape, dtype
+
+
+class Autodiff(Backend):
+    """`Autodiff(NdArray())`: tensors on it can `require_grad()` and `backward()`."""
+
+    def __init__(self, inner=None):
+        if inner is None:
+            from ..backends.ndarray import NdArray
+            inner = NdArray()
+        if not isinstance(inner, Backend):
+            raise BackendError(f"Autodiff: expected a backend to wrap, got {inner!r}")
+        if isinstance(inner, Autodiff):
+            raise BackendError("Autodiff: the backend is already wrapped in Autodiff; for "
+                               "higher-order gradients use ember.autodiff.grad(create_graph=True)")
+        self.inner = inner
+
+    def __str__(self):
+        return f"Autodiff<{self.inner}>"
+
+    # ---- the protocol ----------------------------------------------------------------------
+    def execute(self, op, inputs, attrs, shape, dtype):
+        inner_inputs, tracked = [], False
+        for x in inputs:
+            if type(x) is ADPrim:
+                inner_inputs.append(x.prim)
+                tracked = tracked or x.node is not None
+            else:
+                inner_inputs.append(x)
+        record = tracked and op.grad is not None and is_float(dtype) and is_grad_enabled()
+        saved = {pos: inner_inputs[pos] for pos in op.saves if pos != "out"} if record else None
+        moved = []
+        for i in op.donors:  # hand an unshared input's buffer down to the inner backend
+            if i < len(inputs) and sole_owner(inputs, i) and type(inputs[i]) is ADPrim:
+                moved.append((inputs[i], inputs[i].prim))
+                inputs[i].prim = None
+        try:
+            out = self.inner.execute(op, inner_inputs, attrs, shape, dtype)
+        except BaseException:
+            for x, p in moved:
+                x.prim = p
+            raise
+        if not record:
+            return ADPrim(out, None, shape, dtype)
+        parents, metas = [], []
+        for pos, x in enumerate(inputs):
+            if type(x) is ADPrim:
+                parents.append(x.node)
+                metas.append((x.shape, x.dtype))
+            else:
+                parents.append(None)
+                metas.append(None)
+                saved[pos] = x  # Python scalars: rules read them (g * b)
+        if "out" in op.saves:
+            saved["out"] = out
+        return ADPrim(out, Node(op, attrs, tuple(parents), tuple(metas), saved), shape, dtype)
+
+    def from_numpy(self, array):
+        return ADPrim(self.inner.from_numpy(array), None, array.shape, array.dtype.name)
+
+    def to_numpy(self, prim):
+        return self.inner.to_numpy(prim.prim)
+
+    async def to_numpy_async(self, prim):
+        return await self.inner.to_numpy_async(prim.prim)
+
+    def sync(self):
+        self.inner.sync()
+
+    # ---- what Tensor's autodiff methods call -----------------------------------------------
+    def require_grad(self, t):
+        if not is_float(t.dtype):
+            raise DTypeError(f"require_grad: only float tensors have gradients, got {t.dtype}; "
+                             "cast first with .cast('float32')")
+        p = t._prim
+        if p.node is None or p.node.op is not None:
+            t._prim = ADPrim(p.prim, Node(None, None, (), (), None), p.shape, p.dtype)
+        return t
+
+    def is_require_grad(self, t):
+        return t._prim.node is not None
+
+    def detach(self, t):
+        p = t._prim
+        return Tensor(ADPrim(p.prim, None, p.shape, p.dtype), self, t.shape, t.dtype)
+
+    def backward(self, t, retain_graph=False):
+        root = t._prim.node
+        if root is None:
+            raise BackendError("backward: this tensor does not depend on any tensor that "
+                               "requires grad; call .require_grad() on the inputs first")
+        grads = Gradients()
+        seed = Tensor.full(t.shape, 1, self.inner, t.dtype)
+        _backprop(root, seed, self, create_graph=False, retain=retain_graph, sink=grads._grads)
+        return grads
+
+    def grad_tensor(self, prim, node, create_graph):
+        """A Tensor over a saved inner prim: on the inner backend, or tracked here."""
+        if create_graph:
+            return Tensor(ADPrim(prim.prim, node, prim.shape, prim.dtype), self, prim.shape,
+                          prim.dtype)
+        return Tensor(prim.prim, self.inner, prim.shape, prim.dtype)
+
+
+register("autodiff", Autodiff)
+
+
+class Gradients:
+    """The gradients of one backward pass, keyed by the leaf tensors that required them.
+
+    A plain value: it can be passed to another thread, added to another (`a + b`), or
+    read with `x.grad(grads)`. Tensors inside live on the inner backend."""
+
+    def __init__(self, grads=None):
+        self._grads = dict(grads or {})
+
+    def get(self, t):
+        node = getattr(t._prim, "node", None)
+        return self._grads.get(node.id) if node is not None else None
+
+    def remove(self, t):
+        node = getattr(t._prim, "node", None)
+        return self._grads.pop(node.id, None) if node is not None else None
+
+    def __add__(self, other):
+        out = dict(self._grads)
+        for k, g in other._grads.items():
+            out[k] = out[k] + g if k in out else g
+        return Gradients(out)
+
+    def __len__(self):
+        return len(self._grads)
+
+    def __repr__(self):
+        return f"Gradients({len(self._grads)} tensors)"
+
+
+class _Unsaved:
+    """Stands for an input whose values the grad rule does not read (not in `saves`)."""
+
+    __slots__ = ("shape", "dtype", "_why")
+
+    def __init__(self, shape, dtype, why):
+        self.shape, self.dtype, self._why = shape, dtype, why
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __getattr__(self, name):
+        raise BackendError(f"{self._why} reads .{name}, but the op table's `saves` does not keep "
+                           "that value: add it to the op's saves")
+
+
+def _topological(root):
+    """Nodes reachable from root, each before its parents (iterative: graphs can be deep)."""
+    order, seen, stack = [], {root.id}, [(root, iter(root.parents))]
+    while stack:
+        node, parents = stack[-1]
+        for p in parents:
+            if p is not None and p.id not in seen:
+                seen.add(p.id)
+                stack.append((p, iter(p.parents)))
+                break
+        else:
+            stack.pop()
+            order.append(node)
+    order.reverse()
+    return order
+
+
+def _sum_to(g, shape):
+    """Sum a gradient of a broadcast result down to its input's shape."""
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                      if s == 1 and g.shape[lead + i] != 1)
+    if dims:
+        g = g.sum_dim(dims)
+    return g.reshape(shape)
+
+
+def _backprop(root, seed, backend, create_graph, retain, sink):
+    """Run every node's grad rule from root down; leaf gradients are added into `sink`."""
+    pending = {root.id: seed}
+    for node in _topological(root):
+        g = pending.pop(node.id, None)
+        if g is None:
+            continue
+        if node.op is None:
+            sink[node.id] = sink[node.id] + g if node.id in sink else g
+            continue
+        if node.saved is None:
+            raise BackendError(f"backward: the graph through {node.op.name} was freed by an "
+                               "earlier backward(); run the forward pass again, or pass "
+                               "retain_graph=True to the first backward()")
+        args = []
+        for pos, meta in enumerate(node.metas):
+            if meta is None:
+                args.append(node.saved[pos])
+            elif pos in node.saved:
+                args.append(backend.grad_tensor(
+                    ADPrim(node.saved[pos], None, *meta), node.parents[pos], create_graph))
+            else:
+                args.append(_Unsaved(*meta, f"the grad rule of {node.op.name} (input {pos})"))
+        # the output's shape/dtype are those of the seed gradient flowing into it
+        out = (backend.grad_tensor(ADPrim(node.saved["out"], None, g.shape, g.dtype), node,
+                                   create_graph)
+               if "out" in node.saved else _Unsaved(g.shape, g.dtype,
+                                                    f"the grad rule of {node.op.name} (output)"))
+        results = node.op.grad(g, out, *args, **node.attrs)
+        if not retain:
+            node.saved = None
+        del g, out, args
+        for parent, meta, gi in zip(node.parents, node.metas, results):
+            if parent is None or gi is None:
+                continue
+            gi = _sum_to(gi, meta[0])
+            if gi.dtype != meta[1]:
+                gi = gi.cast(meta[1])
+            pending[parent.id] = pending[parent.id] + gi if parent.id in pending else gi
+
+
+def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None):
+    """Gradients of `outputs` (a tensor) with respect to `inputs` (leaf tensors), as a list.
+
+    With create_graph=True the gradients are tensors on the Autodiff backend, tracked, so
+    they can be differentiated again (double backward)."""
+    backend = outputs.backend
+    if not isinstance(backend, Autodiff):
+        raise BackendError(f"grad: {backend} does not compute gradients; wrap it in Autodiff(...)")
+    root = outputs._prim.node
+    if root is None:
+        raise BackendError("grad: the output does not depend on any tensor that requires grad")
+    work = backend if create_graph else backend.inner
+    if grad_outputs is None:
+        seed = Tensor.full(outputs.shape, 1, work, outputs.dtype)
+    else:
+        seed = grad_outputs if create_graph else grad_outputs.to(work)
+    sink = {}
+    retain = create_graph if retain_graph is None else retain_graph
+    with enable_grad() if create_graph else no_grad():
+        _backprop(root, seed, backend, create_graph, retain, sink)
+    result = []
+    for x in inputs:
+        node = x._prim.node
+        if node is None or node.op is not None:
+            raise BackendError("grad: inputs must be leaf tensors that require grad")
+        result.append(sink.get(node.id))
+    return result
+
+
+__all__ = ["ADPrim", "Autodiff", "Gradients", "enable_grad", "grad", "is_grad_enabled",
+           "no_grad"]
