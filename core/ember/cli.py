@@ -50,7 +50,8 @@ def _positive(text):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="ember", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ember", description="ember: a deep-learning framework after Rust's Burn.")
     parser.add_argument("--version", action="version", version=f"ember {ember.__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench = commands.add_parser(

@@ -17,6 +17,7 @@ import threading
 from ..backend import Backend, register, sole_owner
 from ..dtype import is_float
 from ..errors import BackendError, DTypeError
+from ..ops import Op
 from ..tensor import Tensor
 
 _state = threading.local()  # per thread: no_grad in one thread does not affect another
@@ -87,25 +88,21 @@ class Autodiff(Backend):
 
     # ---- the protocol ----------------------------------------------------------------------
     def execute(self, op, inputs, attrs, shape, dtype):
-        inner_inputs, tracked = [], False
-        for x in inputs:
-            if type(x) is ADPrim:
-                inner_inputs.append(x.prim)
-                tracked = tracked or x.node is not None
-            else:
-                inner_inputs.append(x)
+        # comprehensions, not loops: a loop variable would hold a reference to an input
+        inner_inputs = [x.prim if type(x) is ADPrim else x for x in inputs]
+        tracked = any(type(x) is ADPrim and x.node is not None for x in inputs)
         record = tracked and op.grad is not None and is_float(dtype) and is_grad_enabled()
         saved = {pos: inner_inputs[pos] for pos in op.saves if pos != "out"} if record else None
         moved = []
         for i in op.donors:  # hand an unshared input's buffer down to the inner backend
             if i < len(inputs) and sole_owner(inputs, i) and type(inputs[i]) is ADPrim:
-                moved.append((inputs[i], inputs[i].prim))
+                moved.append(i)
                 inputs[i].prim = None
         try:
             out = self.inner.execute(op, inner_inputs, attrs, shape, dtype)
         except BaseException:
-            for x, p in moved:
-                x.prim = p
+            for i in moved:
+                inputs[i].prim = inner_inputs[i]
             raise
         if not record:
             return ADPrim(out, None, shape, dtype)
@@ -250,6 +247,14 @@ def _sum_to(g, shape):
 
 def _backprop(root, seed, backend, create_graph, retain, sink):
     """Run every node's grad rule from root down; leaf gradients are added into `sink`."""
+    outer, _state.sink = getattr(_state, "sink", None), sink  # for checkpoint's rule
+    try:
+        _walk(root, seed, backend, create_graph, retain, sink)
+    finally:
+        _state.sink = outer
+
+
+def _walk(root, seed, backend, create_graph, retain, sink):
     pending = {root.id: seed}
     for node in _topological(root):
         g = pending.pop(node.id, None)
@@ -289,6 +294,50 @@ def _backprop(root, seed, backend, create_graph, retain, sink):
             pending[parent.id] = pending[parent.id] + gi if parent.id in pending else gi
 
 
+def checkpoint(fn, *xs):
+    """fn(*xs), keeping none of fn's activations: backward runs fn again to get them.
+
+    Trades compute for memory on deep blocks. Gradients reach xs and every tensor fn uses
+    that requires grad (a module's parameters). Not usable with create_graph=True."""
+    backend = xs[0].backend if xs else None
+    if not isinstance(backend, Autodiff):
+        raise BackendError("checkpoint: the inputs must live on an Autodiff backend")
+    with no_grad():
+        out = fn(*xs)
+    if not is_grad_enabled():
+        return out
+
+    def rule(g, y, *saved):
+        if isinstance(g.backend, Autodiff):
+            raise BackendError("checkpoint: double backward (create_graph=True) through a "
+                               "checkpoint is not supported")
+        leaves = [backend.require_grad(Tensor(ADPrim(x.prim if isinstance(x, ADPrim) else
+                                                     x._prim, None, x.shape, x.dtype),
+                                              backend, x.shape, x.dtype))
+                  if is_float(x.dtype) else x.to(backend) for x in saved]
+        with enable_grad():
+            again = fn(*leaves)
+        if again._prim.node is None:
+            return (None,) * len(saved)
+        inner_sink = {}
+        _backprop(again._prim.node, g, backend, False, False, inner_sink)
+        mine = {x._prim.node.id: i for i, x in enumerate(leaves) if is_float(x.dtype)}
+        for k, v in inner_sink.items():  # parameters fn used: their gradients go outside
+            if k not in mine:
+                _state.sink[k] = _state.sink[k] + v if k in _state.sink else v
+        grads = [None] * len(saved)
+        for k, i in mine.items():
+            grads[i] = inner_sink.get(k)
+        return tuple(grads)
+
+    op = Op("checkpoint", "custom", None, grad=rule, saves=tuple(range(len(xs))))
+    parents = tuple(x._prim.node for x in xs)
+    metas = tuple((x.shape, x.dtype) for x in xs)
+    node = Node(op, {}, parents, metas, {i: x._prim.prim for i, x in enumerate(xs)})
+    return Tensor(ADPrim(out._prim.prim, node, out.shape, out.dtype), backend, out.shape,
+                  out.dtype)
+
+
 def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None):
     """Gradients of `outputs` (a tensor) with respect to `inputs` (leaf tensors), as a list.
 
@@ -318,5 +367,5 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=No
     return result
 
 
-__all__ = ["ADPrim", "Autodiff", "Gradients", "enable_grad", "grad", "is_grad_enabled",
-           "no_grad"]
+__all__ = ["ADPrim", "Autodiff", "Gradients", "checkpoint", "enable_grad", "grad",
+           "is_grad_enabled", "no_grad"]
