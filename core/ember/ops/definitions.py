@@ -64,14 +64,21 @@ def _max_grad(g, y, a, b):
     return (g * wa / share, g * wb / share)
 
 
+def _pow_grad(g, y, a, b):
+    # either side may be a Python scalar, which gets no gradient
+    ga = None if isinstance(a, (int, float)) else g * b * a ** (b - 1)
+    if isinstance(b, (int, float)):
+        return (ga, None)
+    return (ga, g * y * (math.log(a) if isinstance(a, (int, float)) else a.log()))
+
+
 binary("add", np.add, "({0} + {1})", lambda g, y, a, b: (g, g), ())
 binary("sub", np.subtract, "({0} - {1})", lambda g, y, a, b: (g, -g), ())
 binary("mul", np.multiply, "({0} * {1})", lambda g, y, a, b: (g * b, g * a), (0, 1))
 binary("div", _quiet(np.divide), "({0} / {1})",
              lambda g, y, a, b: (g / b, -(g * y / b)), (1, "out"), float_only=True)
-binary("pow", _quiet(np.power), "op_pow({0}, {1})",
-             lambda g, y, a, b: (g * b * a ** (b - 1), g * y * a.log()), (0, 1, "out"),
-             float_only=True)
+binary("pow", _quiet(np.power), "op_pow({0}, {1})", _pow_grad, (0, 1, "out"),
+       float_only=True)
 binary("maximum", np.maximum, "max({0}, {1})", _max_grad, (0, 1, "out"))
 binary("minimum", np.minimum, "min({0}, {1})", _max_grad, (0, 1, "out"))
 
