@@ -35,12 +35,14 @@ def canonical(dtype, op="dtype"):
     """The ember name of `dtype` (a string, a NumPy dtype or a Python type), or DTypeError."""
     if isinstance(dtype, str) and dtype in _CATEGORY:
         return dtype
-    if dtype in _ALIASES:
+    if isinstance(dtype, type) and dtype in _ALIASES:
         return _ALIASES[dtype]
-    try:
-        name = np.dtype(dtype).name
-    except TypeError:
-        name = None
+    name = None
+    if isinstance(dtype, (str, type, np.dtype)):  # not None: NumPy would read it as float64
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            pass
     if name in _CATEGORY:
         return name
     raise DTypeError(f"{op}: unknown dtype {dtype!r}; ember's dtypes are {', '.join(DTYPES)}")

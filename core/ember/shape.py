@@ -129,9 +129,9 @@ def parse_index(shape, key):
             continue
         size = shape[dim]
         if isinstance(k, slice):
-            start, stop, step = k.indices(size)
-            if step == 0:
+            if k.step == 0:
                 raise ShapeError("index: slice step cannot be zero")
+            start, stop, step = k.indices(size)
             n = len(range(start, stop, step))
             starts.append(start)
             stops.append(stop)

@@ -288,6 +288,8 @@ def _walk(root, seed, backend, create_graph, retain, sink):
         for parent, meta, gi in zip(node.parents, node.metas, results):
             if parent is None or gi is None:
                 continue
+            if callable(gi):  # a rule's lazy gradient, only paid for when needed
+                gi = gi()
             gi = _sum_to(gi, meta[0])
             if gi.dtype != meta[1]:
                 gi = gi.cast(meta[1])

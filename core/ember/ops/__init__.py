@@ -16,7 +16,8 @@ Calling conventions
   overwrite (Burn's ownership optimisation); only offered for inputs listed in `donors`.
 - grad(g, out, *inputs, **attrs) -> one gradient per input (a Tensor or None), where g, out
   and inputs are Tensors. `saves` names what the rule reads: "out" and/or input positions,
-  so Autodiff keeps only those alive.
+  so Autodiff keeps only those alive. An expensive gradient may be returned as a
+  zero-argument function: Autodiff calls it only when that input needs a gradient.
 """
 
 from collections.abc import Callable

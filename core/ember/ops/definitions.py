@@ -353,7 +353,8 @@ def _matmul_rule(a, b):
 
 
 op("matmul", LINALG, np.matmul, "matmul",
-            lambda g, y, a, b: (g @ b.swap_dims(-1, -2), a.swap_dims(-1, -2) @ g), saves=(0, 1),
+            lambda g, y, a, b: (lambda: g @ b.swap_dims(-1, -2), lambda: a.swap_dims(-1, -2) @ g),
+            saves=(0, 1),
             shape=_matmul_rule, dtype=_same, dtypes=_NUMBERS)
 
 
