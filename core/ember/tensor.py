@@ -18,9 +18,10 @@ from . import shape as S
 from .backend import Backend, default_backend
 from .distribution import Distribution
 from .errors import BackendError, DTypeError, ShapeError
-from .ops import OPS
+from .ops import COMPARE, OPS
 
 _NO = object()  # "no second operand"
+_NO_ATTRS = {}
 
 
 # ---- ownership: which tensors only a temporary expression refers to -----------------------
@@ -110,44 +111,68 @@ def _operand(op_name, value):
 
 
 def _elementwise(op, a, b=_NO):
-    """Run a unary/binary/compare primitive with promotion, Python scalars and donation."""
+    """Run a unary/binary/compare primitive: promotion, Python scalars, buffer donation."""
+    # the common case, kept short: operands that need no promotion (a float tensor with a
+    # Python number, or tensors of one dtype on one backend). Only here may an operand's
+    # buffer be donated; the refcount thresholds are calibrated on exactly these calls.
+    prims = None
+    if type(a) is Tensor and a.dtype in op.native:
+        backend, dtype, shape = a.backend, a.dtype, a.shape
+        if b is _NO:
+            prims = [_take(a, op, 0, "elementwise")]
+        elif type(b) is Tensor:
+            if b.dtype == dtype and b.backend is backend:
+                if b.shape != shape:
+                    shape = S.broadcast(op.name, shape, b.shape)
+                prims = [_take(a, op, 0, "elementwise"), _take(b, op, 1, "elementwise")]
+        elif (type(b) is float or type(b) is int) and dtype[0] == "f":
+            prims = [_take(a, op, 0, "elementwise"), b]
+    elif type(b) is Tensor and b.dtype in op.native and b.dtype[0] == "f" and (
+            type(a) is float or type(a) is int):
+        backend, dtype, shape = b.backend, b.dtype, b.shape
+        prims = [a, _take(b, op, 1, "elementwise")]
+    if prims is None:
+        return _promoting(op, a, b)
+    out_dtype = "bool" if op.kind == COMPARE else dtype
+    try:
+        prim = backend.execute(op, prims, _NO_ATTRS, shape, out_dtype)
+    except BaseException:
+        _restore((a, b), prims)
+        raise
+    return Tensor(prim, backend, shape, out_dtype)
+
+
+def _promoting(op, a, b):
+    """The general case: promote dtypes, check scalars, cast what differs."""
     inputs = (a,) if b is _NO else (a, b)
-    tensors = [x for x in inputs if type(x) is Tensor]
-    if len(tensors) < len(inputs):
-        inputs = tuple(_operand(op.name, x) for x in inputs)
-        tensors = [x for x in inputs if isinstance(x, Tensor)]
+    inputs = tuple(_operand(op.name, x) for x in inputs)
+    tensors = [x for x in inputs if isinstance(x, Tensor)]
     backend = _backend_of(op.name, tensors)
     dt = D.result_type([t.dtype for t in tensors],
                        [x for x in inputs if not isinstance(x, Tensor)], op.name)
     if op.float_only:
         dt = D.to_float(dt)
-    elif dt == "bool" and op.dtypes is not None and "bool" not in op.dtypes:
-        dt = D.DEFAULT_INT  # arithmetic on bools counts, as in NumPy's sum
-    if op.dtypes is not None and dt not in op.dtypes:
+    elif dt == "bool" and "bool" not in op.native:
+        dt = D.DEFAULT_INT  # arithmetic on bools counts, as NumPy's sum does
+    if dt not in op.native:
         raise DTypeError(f"{op.name}: dtype {dt} is not supported; it takes "
-                         f"{', '.join(op.dtypes)}")
+                         f"{', '.join(sorted(op.native))}")
     prims, shapes = [], []
-    for pos, x in enumerate(inputs):
-        if isinstance(x, Tensor):
-            shapes.append(x.shape)
-            if x.dtype != dt:
-                x = x.cast(dt)  # a fresh temporary: `_take` may reuse it below
-                prims.append(_take(x, op, pos, "elementwise"))
-                del x
-            elif pos == 0:
-                prims.append(_take(a, op, 0, "elementwise"))
-            else:
-                prims.append(_take(b, op, 1, "elementwise"))
-        else:
+    for x in inputs:
+        if not isinstance(x, Tensor):
             prims.append(_scalar(op.name, x, dt))
+            continue
+        shapes.append(x.shape)
+        if x.dtype == dt:
+            prims.append(x._prim)  # not donated: only the fast path can tell it is unshared
+        else:
+            x = x.cast(dt)  # a fresh temporary nothing else sees: its buffer may be reused
+            prims.append(x._prim)
+            x._prim = None
     shape = shapes[0] if len(shapes) == 1 else S.broadcast(op.name, *shapes)
-    out_dtype = op.out_dtype(dt)
-    try:
-        prim = backend.execute(op, prims, {}, shape, out_dtype)
-    except BaseException:
-        _restore(inputs, prims)
-        raise
-    return Tensor(prim, backend, shape, out_dtype)
+    out_dtype = "bool" if op.kind == COMPARE else dt
+    return Tensor(backend.execute(op, prims, _NO_ATTRS, shape, out_dtype), backend, shape,
+                  out_dtype)
 
 
 def _restore(inputs, prims):
@@ -221,6 +246,11 @@ class Tensor:
         self.shape = shape
         self.dtype = dtype
 
+    def _alias(self):
+        # ops that change nothing still return a new Tensor object (sharing the data), so that
+        # `y = x.reshape(x.shape); x[0] = 1` leaves y as it was
+        return Tensor(self._prim, self.backend, self.shape, self.dtype)
+
     # ---- creation --------------------------------------------------------------------------
     @staticmethod
     def from_data(data, backend=None, dtype=None):
@@ -258,12 +288,12 @@ class Tensor:
         return Tensor(backend.execute(OPS["full"], [], attrs, shape, dtype), backend, shape, dtype)
 
     @staticmethod
-    def zeros(shape, backend=None, dtype="float32"):
-        return Tensor.full(shape, 0, backend, dtype)
+    def zeros(shape, backend=None, dtype=None):
+        return Tensor.full(shape, 0, backend, dtype or D.DEFAULT_FLOAT)
 
     @staticmethod
-    def ones(shape, backend=None, dtype="float32"):
-        return Tensor.full(shape, 1, backend, dtype)
+    def ones(shape, backend=None, dtype=None):
+        return Tensor.full(shape, 1, backend, dtype or D.DEFAULT_FLOAT)
 
     @staticmethod
     def arange(start, end=None, step=1, backend=None, dtype=None):
@@ -277,17 +307,17 @@ class Tensor:
         return Tensor.from_data(np.arange(start, end, step), backend, dtype)
 
     @staticmethod
-    def eye(n, m=None, backend=None, dtype="float32"):
-        return Tensor.from_data(np.eye(n, m), backend, dtype)
+    def eye(n, m=None, backend=None, dtype=None):
+        return Tensor.from_data(np.eye(n, m), backend, dtype or D.DEFAULT_FLOAT)
 
     @staticmethod
-    def random(shape, distribution=None, backend=None, dtype="float32"):
+    def random(shape, distribution=None, backend=None, dtype=None):
         """Samples of `distribution` (default: Distribution.Default, uniform in [0, 1))."""
         dist = Distribution.Default if distribution is None else distribution
         if not isinstance(dist, Distribution):
             raise TypeError(f"random: expected a Distribution, got {dist!r}; e.g. "
                             "Distribution.Normal(0, 1)")
-        dtype = D.canonical(dtype, "random")
+        dtype = D.canonical(dtype or D.DEFAULT_FLOAT, "random")
         return Tensor.from_data(dist.sample(S.as_shape(shape, "random"), dtype), backend, dtype)
 
     def new_zeros(self, shape):
@@ -359,7 +389,7 @@ class Tensor:
             raise BackendError(f"to: expected a backend such as NdArray(), got {backend!r}; "
                                "to change the dtype use .cast(dtype)")
         if backend == self.backend:
-            return self
+            return self._alias()
         array = np.array(self.to_numpy(), copy=True, order="C")
         return Tensor(backend.from_numpy(array), backend, self.shape, self.dtype)
 
@@ -367,7 +397,7 @@ class Tensor:
         """This tensor's values as `dtype`."""
         dtype = D.canonical(dtype, "cast")
         if dtype == self.dtype:
-            return self
+            return self._alias()
         return _apply(OPS["cast"], self, dtype=dtype)
 
     def __repr__(self):
@@ -426,7 +456,7 @@ class Tensor:
         return self * ((self * (1 / math.sqrt(2))).erf() + 1) * 0.5
 
     def clamp(self, min=None, max=None):  # noqa: A002  (PyTorch's argument names)
-        out = self
+        out = self._alias()
         if min is not None:
             out = out.maximum(min)
         if max is not None:
@@ -547,7 +577,7 @@ class Tensor:
     def reshape(self, *shape):
         shape = S.reshape("reshape", self.shape, _dims_arg(shape))
         if shape == self.shape:
-            return self
+            return self._alias()
         return _apply(OPS["reshape"], self, shape_to=shape)
 
     def permute(self, *dims):
@@ -557,7 +587,7 @@ class Tensor:
                              f"shape {S.fmt(self.shape)} has {self.ndim}")
         dims = S.norm_dims("permute", dims, self.ndim)
         if dims == tuple(range(self.ndim)):
-            return self
+            return self._alias()
         return _apply(OPS["permute"], self, dims=dims)
 
     def swap_dims(self, dim1, dim2):
@@ -605,7 +635,7 @@ class Tensor:
                       for i, s in enumerate(shape))
         shape = S.as_shape(shape, "expand")
         if shape == self.shape:
-            return self
+            return self._alias()
         return _apply(OPS["expand"], self, shape_to=shape)
 
     def repeat(self, *sizes):
@@ -717,8 +747,9 @@ class Tensor:
     def matmul(self, other):
         """Matrix product with NumPy's rules: batch dims broadcast, 1-D operands become a row
         (left) or a column (right) and that dim is dropped from the result."""
-        if not isinstance(other, Tensor):
-            raise DTypeError(f"matmul: expected a Tensor, got {type(other).__name__}")
+        if not isinstance(_operand("matmul", other), Tensor):
+            raise DTypeError(f"matmul: expected a Tensor, got {type(other).__name__}; use * "
+                             "to scale by a number")
         if self.ndim == 0 or other.ndim == 0:
             raise ShapeError(f"matmul: 0-d operands have no matrix product ({S.fmt(self.shape)} "
                              f"@ {S.fmt(other.shape)}); use * instead")
@@ -737,6 +768,7 @@ class Tensor:
     __matmul__ = matmul
 
     def __rmatmul__(self, other):
+        _operand("matmul", other)  # explains arrays and lists
         raise DTypeError(f"matmul: expected a Tensor on the left, got {type(other).__name__}")
 
     # ---- autodiff (implemented by the Autodiff backend decorator) ---------------------------
@@ -751,7 +783,7 @@ class Tensor:
     def detach(self):
         """This tensor cut from the autodiff graph (itself on other backends)."""
         fn = getattr(self.backend, "detach", None)
-        return fn(self) if fn else self
+        return fn(self) if fn else self._alias()
 
     def backward(self, retain_graph=False):
         """Gradients of this tensor with respect to every tensor that requires them (an

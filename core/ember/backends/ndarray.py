@@ -34,7 +34,9 @@ class NdArray(_backend.Backend):
                     if (type(x) is np.ndarray and x.shape == shape and x.base is None
                             and x.flags.writeable and x.dtype == dtype):
                         return op.np(*inputs, out=x, **attrs)
-        return op.np(*inputs, **attrs)
+        out = op.np(*inputs, **attrs)
+        # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
+        return out if type(out) is np.ndarray else np.asarray(out)
 
     def from_numpy(self, array):
         return array  # the Tensor layer passes an array nobody else holds

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import shape as S
+from ..dtype import DTYPES
 from ..errors import DTypeError
 
 UNARY, BINARY, COMPARE, REDUCE, INDEX, MOVEMENT, LINALG, SOURCE = (
@@ -63,6 +64,14 @@ class Op:
     scalars: bool = False       # Python scalars are accepted as inputs
     dtypes: tuple | None = None  # dtypes the op takes; None: all
     meta: dict = field(default_factory=dict)
+
+    @property
+    def native(self):
+        """The dtypes this op computes in as they are (no promotion needed)."""
+        return self._native
+
+    def __post_init__(self):
+        object.__setattr__(self, "_native", frozenset(self.dtypes or DTYPES))
 
     def __repr__(self):
         return f"Op({self.name})"
