@@ -183,18 +183,25 @@ def _restore(inputs, prims):
 
 def _apply(op, x, *rest, **attrs):
     """Run any primitive whose dtype rule is its own (no promotion): x is input 0."""
-    inputs = (x,) + rest
-    tensors = [t for t in inputs if isinstance(t, Tensor)]
-    backend = _backend_of(op.name, tensors)
-    shape = op.out_shape(*(t.shape if isinstance(t, Tensor) else () for t in inputs), **attrs)
-    dtype = op.out_dtype(*(t.dtype if isinstance(t, Tensor) else None for t in inputs), **attrs)
-    prims = [_take(x, op, 0, "apply")] + [t._prim if isinstance(t, Tensor) else t for t in rest]
+    # rules first (they may raise), then take x's buffer; `_take(x, ...)` must see the same
+    # references on every path, so no tuple or loop variable holds x at that point
+    if rest:
+        _backend_of(op.name, (x,) + rest)
+        shape = op.shape(x.shape, *(t.shape if isinstance(t, Tensor) else () for t in rest),
+                         **attrs)
+        dtype = op.out_dtype(x.dtype, *(t.dtype if isinstance(t, Tensor) else None
+                                        for t in rest), **attrs)
+    else:
+        shape = op.shape(x.shape, **attrs)
+        dtype = op.out_dtype(x.dtype, **attrs)
+    prims = [_take(x, op, 0, "apply")]
+    prims += [t._prim if isinstance(t, Tensor) else t for t in rest]
     try:
-        prim = backend.execute(op, prims, attrs, shape, dtype)
+        prim = x.backend.execute(op, prims, attrs, shape, dtype)
     except BaseException:
-        _restore(inputs, prims)
+        _restore((x,) + rest, prims)
         raise
-    return Tensor(prim, backend, shape, dtype)
+    return Tensor(prim, x.backend, shape, dtype)
 
 
 def _unary(name):
@@ -755,10 +762,11 @@ class Tensor:
                              f"@ {S.fmt(other.shape)}); use * instead")
         a = self.unsqueeze(0) if self.ndim == 1 else self
         b = other.unsqueeze(-1) if other.ndim == 1 else other
-        dtype = D.result_type([a.dtype, b.dtype], (), "matmul")
-        if dtype == "bool":
-            dtype = D.DEFAULT_INT
-        out = _apply(OPS["matmul"], a.cast(dtype), b.cast(dtype))
+        if a.dtype != b.dtype or a.dtype == "bool":
+            dtype = D.result_type([a.dtype, b.dtype], (), "matmul")
+            dtype = D.DEFAULT_INT if dtype == "bool" else dtype
+            a, b = a.cast(dtype), b.cast(dtype)
+        out = _apply(OPS["matmul"], a, b)
         if other.ndim == 1:
             out = out.squeeze(-1)
         if self.ndim == 1:

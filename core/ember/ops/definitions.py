@@ -118,11 +118,11 @@ def _extreme_grad(g, y, x, dims):
     return (g * hit / hit.sum_dim(dims),)
 
 
-op("sum", REDUCE, lambda x, dims: np.sum(x, axis=dims, keepdims=True, dtype=x.dtype),
+op("sum", REDUCE, lambda x, dims: np.add.reduce(x, axis=dims, keepdims=True, dtype=x.dtype),
          "sum", lambda g, y, x, dims: (g.expand(x.shape),), dtypes=_NUMBERS)
-op("max", REDUCE, lambda x, dims: np.max(x, axis=dims, keepdims=True), "max",
+op("max", REDUCE, lambda x, dims: np.maximum.reduce(x, axis=dims, keepdims=True), "max",
          _extreme_grad, saves=(0, "out"), shape=_nonempty("max"))
-op("min", REDUCE, lambda x, dims: np.min(x, axis=dims, keepdims=True), "min",
+op("min", REDUCE, lambda x, dims: np.minimum.reduce(x, axis=dims, keepdims=True), "min",
          _extreme_grad, saves=(0, "out"), shape=_nonempty("min"))
 op("argmax", REDUCE,
             lambda x, dims: np.argmax(x, axis=dims[0], keepdims=True).astype(DEFAULT_INT),
