@@ -29,12 +29,16 @@ _WIDEN = {
     "float16": "float32", "float32": "float32", "float64": "float64",
 }
 _ALIASES = {bool: "bool", int: DEFAULT_INT, float: DEFAULT_FLOAT}
+# PyTorch's spellings, so that "float" means float32 here too (NumPy reads it as float64)
+_NAMES = {"float": "float32", "double": "float64", "int": "int32", "long": "int64"}
 
 
 def canonical(dtype, op="dtype"):
     """The ember name of `dtype` (a string, a NumPy dtype or a Python type), or DTypeError."""
     if isinstance(dtype, str) and dtype in _CATEGORY:
         return dtype
+    if isinstance(dtype, str) and dtype in _NAMES:
+        return _NAMES[dtype]
     if isinstance(dtype, type) and dtype in _ALIASES:
         return _ALIASES[dtype]
     name = None

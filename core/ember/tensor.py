@@ -44,9 +44,14 @@ _NO_ATTRS = {}
 _UNSHARED = {}  # (site, path) -> highest reference count of an unshared tensor; absent: never
 _PATHS = {}     # (code, offset) -> "call" | "operator", a cache of the caller's instruction
 _CACHE = dis.opmap.get("CACHE", -1)
+# instructions that call a Tensor operator through a C slot; anything else (CALL, FOR_ITER
+# driving map(), UNPACK_SEQUENCE, ...) is classed as a call, the stricter threshold
+_OPERATORS = {"BINARY_OP", "COMPARE_OP", "UNARY_NEGATIVE", "UNARY_INVERT"}
 
 
 def _path(frame):
+    if frame is None:
+        return "call"
     key = (frame.f_code, frame.f_lasti)
     path = _PATHS.get(key)
     if path is None:
@@ -55,14 +60,17 @@ def _path(frame):
         code, at = frame.f_code.co_code, frame.f_lasti
         while at > 0 and code[at] == _CACHE:  # f_lasti may point into the inline caches
             at -= 2
-        path = _PATHS[key] = "call" if dis.opname[code[at]].startswith("CALL") else "operator"
+        path = _PATHS[key] = "operator" if dis.opname[code[at]] in _OPERATORS else "call"
     return path
 
 
 def _donatable(t, site):
     # frames: _donatable <- _take <- _elementwise/_apply <- the Tensor method <- its caller
-    path = _path(sys._getframe(4))
-    return sys.getrefcount(t) <= _UNSHARED.get((site, path), -1)
+    try:
+        frame = sys._getframe(4)
+    except ValueError:  # called straight from C (a thread start, JavaScript): no donation
+        return False
+    return sys.getrefcount(t) <= _UNSHARED.get((site, _path(frame)), -1)
 
 
 def _take(t, op, pos, site):
@@ -97,6 +105,23 @@ def _scalar(op, value, dtype):
             raise DTypeError(f"{op}: the scalar {value} does not fit {dtype}; cast the tensor "
                              "with .cast('int64') or .cast('float32') first")
     return value
+
+
+def _fill_value(op, value, dtype):
+    """A scalar written into a tensor of `dtype` (full, mask_fill, slice_assign): converted
+    to that dtype, or DTypeError where the conversion would change the value."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    D.scalar_category(value, op)
+    if D.is_float(dtype):
+        return float(value)
+    if dtype == "bool":
+        if isinstance(value, bool) or value in (0, 1):
+            return bool(value)
+    elif isinstance(value, bool) or float(value).is_integer():
+        return _scalar(op, int(value), dtype)
+    raise DTypeError(f"{op}: the value {value!r} does not fit a {dtype} tensor; cast the tensor "
+                     "first (e.g. .cast('float32'))")
 
 
 def _operand(op_name, value):
@@ -289,8 +314,7 @@ class Tensor:
         if dtype is None:
             dtype = D.result_type([], [value], "full")
         dtype = D.canonical(dtype, "full")
-        if isinstance(value, np.generic):
-            value = value.item()
+        value = _fill_value("full", value, dtype)
         attrs = dict(shape_to=shape, value=value, dtype=dtype)
         return Tensor(backend.execute(OPS["full"], [], attrs, shape, dtype), backend, shape, dtype)
 
@@ -309,9 +333,12 @@ class Tensor:
             start, end = 0, start
         if step == 0:
             raise ShapeError("arange: step must not be zero")
-        if dtype is None:
-            dtype = D.result_type([], [start, end, step], "arange")
-        return Tensor.from_data(np.arange(start, end, step), backend, dtype)
+        dtype = D.canonical(dtype or D.result_type([], [start, end, step], "arange"), "arange")
+        values = np.arange(start, end, step)
+        if D.is_int(dtype) and values.size:
+            _scalar("arange", int(values.min()), dtype)
+            _scalar("arange", int(values.max()), dtype)
+        return Tensor.from_data(values, backend, dtype)
 
     @staticmethod
     def eye(n, m=None, backend=None, dtype=None):
@@ -395,8 +422,8 @@ class Tensor:
         if not isinstance(backend, Backend):
             raise BackendError(f"to: expected a backend such as NdArray(), got {backend!r}; "
                                "to change the dtype use .cast(dtype)")
-        if backend == self.backend:
-            return self._alias()
+        if backend == self.backend:  # same kind of data: share it, adopt the given backend
+            return Tensor(self._prim, backend, self.shape, self.dtype)
         array = np.array(self.to_numpy(), copy=True, order="C")
         return Tensor(backend.from_numpy(array), backend, self.shape, self.dtype)
 
@@ -684,6 +711,7 @@ class Tensor:
 
     # ---- indexing --------------------------------------------------------------------------
     def __getitem__(self, key):
+        key = _plain_ints(key, self.shape)
         index = _tensor_index(key)
         if index is not None:
             pos, idx = index
@@ -711,7 +739,7 @@ class Tensor:
             elif value.ndim < len(region):
                 value = value.reshape((1,) * (len(region) - value.ndim) + value.shape)
         else:
-            value = _scalar("slice_assign", _operand("slice_assign", value), self.dtype)
+            value = _fill_value("slice_assign", _operand("slice_assign", value), self.dtype)
         return _apply(OPS["slice_assign"], self, value, starts=starts, stops=stops, steps=steps)
 
     def __setitem__(self, key, value):
@@ -741,7 +769,7 @@ class Tensor:
         if isinstance(value, Tensor):
             value = value.cast(self.dtype)
         else:
-            value = _scalar("mask_where", _operand("mask_where", value), self.dtype)
+            value = _fill_value("mask_where", _operand("mask_where", value), self.dtype)
         return _apply(OPS["mask_where"], self, mask, value)
 
     def mask_fill(self, mask, value):
@@ -830,6 +858,28 @@ def _to_array(data):
     except ValueError as e:
         raise ShapeError(f"from_data: nested lists must be rectangular (every row the same "
                          f"length); NumPy says: {e}") from None
+
+
+def _plain_ints(key, shape):
+    """0-d int tensors index like ints (as in NumPy and PyTorch: it reads the value), and
+    negative entries of list/array indices count from the end."""
+    parts = key if isinstance(key, tuple) else (key,)
+    if not any(isinstance(k, (Tensor, list, np.ndarray)) for k in parts):
+        return key
+    out, dim = [], 0
+    for k in parts:
+        if isinstance(k, Tensor) and k.ndim == 0 and D.is_int(k.dtype):
+            k = k.item()
+        elif isinstance(k, (list, np.ndarray)) and dim < len(shape):
+            a = np.asarray(k)
+            if a.dtype.kind in "iu" and a.size and a.min() < 0:
+                k = np.where(a < 0, a + shape[dim], a)
+        if k is Ellipsis:
+            dim = len(shape) - sum(1 for p in parts if p is not None and p is not Ellipsis)
+        elif k is not None:
+            dim += 1
+        out.append(k)
+    return tuple(out) if isinstance(key, tuple) else out[0]
 
 
 def _tensor_index(key):

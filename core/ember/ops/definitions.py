@@ -18,16 +18,6 @@ _FLOATS = ("float32", "float64")
 _NUMBERS = ("int32", "int64", "float32", "float64")
 
 
-def _quiet(fn):
-    """NumPy warns on overflow, log(0), sqrt(-1) and x/0; ember returns inf/nan silently, as
-    every GPU backend does."""
-    def run(*args, **kw):
-        with np.errstate(all="ignore"):
-            return fn(*args, **kw)
-    run.__name__ = getattr(fn, "__name__", "run")
-    return run
-
-
 # ---- unary -------------------------------------------------------------------------------
 def unary(name, np_fn, wgsl, grad, saves, float_only=True, **kw):
     dtypes = _FLOATS if float_only else _NUMBERS
@@ -35,9 +25,9 @@ def unary(name, np_fn, wgsl, grad, saves, float_only=True, **kw):
               dtypes=dtypes, **kw)
 
 
-unary("exp", _quiet(np.exp), "exp({0})", lambda g, y, x: (g * y,), ("out",))
-unary("log", _quiet(np.log), "log({0})", lambda g, y, x: (g / x,), (0,))
-unary("sqrt", _quiet(np.sqrt), "sqrt({0})", lambda g, y, x: (g / (y * 2),), ("out",))
+unary("exp", np.exp, "exp({0})", lambda g, y, x: (g * y,), ("out",))
+unary("log", np.log, "log({0})", lambda g, y, x: (g / x,), (0,))
+unary("sqrt", np.sqrt, "sqrt({0})", lambda g, y, x: (g / (y * 2),), ("out",))
 unary("erf", _np_erf, "op_erf({0})",
             lambda g, y, x: (g * (x * x * -1).exp() * (2 / math.sqrt(math.pi)),), (0,))
 unary("tanh", np.tanh, "tanh({0})", lambda g, y, x: (g * (1 - y * y),), ("out",))
@@ -75,9 +65,9 @@ def _pow_grad(g, y, a, b):
 binary("add", np.add, "({0} + {1})", lambda g, y, a, b: (g, g), ())
 binary("sub", np.subtract, "({0} - {1})", lambda g, y, a, b: (g, -g), ())
 binary("mul", np.multiply, "({0} * {1})", lambda g, y, a, b: (g * b, g * a), (0, 1))
-binary("div", _quiet(np.divide), "({0} / {1})",
+binary("div", np.divide, "({0} / {1})",
              lambda g, y, a, b: (g / b, -(g * y / b)), (1, "out"), float_only=True)
-binary("pow", _quiet(np.power), "op_pow({0}, {1})", _pow_grad, (0, 1, "out"),
+binary("pow", np.power, "op_pow({0}, {1})", _pow_grad, (0, 1, "out"),
        float_only=True)
 binary("maximum", np.maximum, "max({0}, {1})", _max_grad, (0, 1, "out"))
 binary("minimum", np.minimum, "min({0}, {1})", _max_grad, (0, 1, "out"))
@@ -158,8 +148,19 @@ def _inverse(dims):
 
 
 def _np_slices(starts, stops, steps):
-    # range-normalised stops are -1 only for negative steps running past index 0
-    return tuple(slice(a, None if b < 0 else b, c) for a, b, c in zip(starts, stops, steps))
+    """NumPy slices for range-normalised (start, stop, step) triples. Python's normalised
+    bounds can be -1 with a negative step ("before index 0"), which NumPy would read as
+    "the last element", so each slice is rebuilt from its first and last index."""
+    out = []
+    for a, b, c in zip(starts, stops, steps):
+        n = len(range(a, b, c))
+        if n == 0:
+            out.append(slice(0, 0))
+            continue
+        last = a + (n - 1) * c
+        end = last + (1 if c > 0 else -1)
+        out.append(slice(a, None if end < 0 else end, c))
+    return tuple(out)
 
 
 def _slice_rule(shape, starts, stops, steps):
@@ -323,7 +324,7 @@ def _mask_where_grad(g, y, x, mask, value):
 
 def _mask_where_np(x, mask, value, out=None):
     if out is None:
-        return np.where(mask, value, x)
+        return np.where(mask, value, x).astype(x.dtype, copy=False)
     np.copyto(out, value, where=mask)
     return out
 

@@ -48,6 +48,8 @@ def _horner(coeffs, s):
 
 
 def erf(x, out=None):
+    shape = x.shape
+    x = x.reshape(-1)  # 1-d: NumPy turns 0-d results into scalars, which take no out=
     small, large = (_F32_SMALL, _F32_LARGE) if x.dtype == np.float32 else (_F64_SMALL, _F64_LARGE)
     one = x.dtype.type(1)
     ax = np.abs(x)
@@ -68,7 +70,8 @@ def erf(x, out=None):
     far *= e
     np.subtract(one, far, out=far)
     np.copysign(far, x, out=far)
+    result = np.where(ax < one, near, far).reshape(shape)
     if out is None:
-        return np.where(ax < one, near, far)
-    np.copyto(out, np.where(ax < one, near, far))
+        return result
+    np.copyto(out, result)
     return out

@@ -1,0 +1,60 @@
+"""`ember bench`: runs, prints a table, writes JSON, and explains a wrong name. Timings are
+never asserted (CI machines are small and shared); only the shape of the report is."""
+
+import json
+
+import pytest
+
+from ember import cli
+
+
+def test_bench_quick_prints_a_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert cli.main(["bench", "--quick", "ndarray_vs_numpy", "--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    header = next(line for line in stdout.splitlines() if line.startswith("benchmark"))
+    for column in ("case", "ember", "reference", "ratio", "unit"):
+        assert column in header
+    assert "add 1024x1024 float32" in stdout and "matmul 8x8 float32" in stdout
+    assert "ember - numpy" in stdout  # the tiny-op overhead rows
+
+    report = json.loads(out.read_text())
+    assert {"machine", "settings", "rows"} <= set(report)
+    assert {"python", "numpy", "cpu_count", "date"} <= set(report["machine"])
+    assert report["settings"]["quick"] is True
+    benchmarks = {row["benchmark"] for row in report["rows"]}
+    assert benchmarks == {f"ndarray_vs_numpy.{name}" for name in
+                          ("noise", "elementwise", "matmul", "reductions", "overhead")}
+    for row in report["rows"]:
+        assert {"benchmark", "case", "ember", "reference", "ratio", "unit"} <= set(row)
+        assert isinstance(row["ember"], float)
+        if row["reference"] is not None:
+            assert row["ratio"] == pytest.approx(row["ember"] / row["reference"])
+
+
+def test_bench_one_benchmark_of_a_module(capsys):
+    assert cli.main(["bench", "--quick", "--repeat", "2", "ndarray_vs_numpy.matmul"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()
+            if line.startswith("ndarray_vs_numpy.")]
+    assert len(rows) == 2 and all(r.startswith("ndarray_vs_numpy.matmul ") for r in rows)
+
+
+@pytest.mark.parametrize("name, hint", [("nope", "ndarray_vs_numpy, ownership"),
+                                        ("ownership.nope", "ownership has: chain")])
+def test_bench_unknown_name_is_a_clear_error(name, hint, capsys):
+    assert cli.main(["bench", name]) == 2
+    err = capsys.readouterr().err
+    assert f"unknown benchmark '{name}'" in err and hint in err
+
+
+def test_bench_outside_a_source_checkout(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_bench_dir", lambda: None)
+    assert cli.main(["bench"]) == 2
+    assert "source" in capsys.readouterr().err
+
+
+def test_bench_repeat_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["bench", "--repeat", "0"])
+    assert exit_.value.code == 2
+    assert "at least 1" in capsys.readouterr().err
