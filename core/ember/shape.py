@@ -62,9 +62,11 @@ def norm_dim(op, dim, ndim):
     if not isinstance(dim, int):
         raise ShapeError(f"{op}: dim must be an int, got {dim!r}")
     if not -ndim <= dim < ndim:
-        lo, hi = -max(ndim, 1), max(ndim, 1) - 1
+        if ndim == 0:
+            raise ShapeError(f"{op}: dim {dim} does not exist: the tensor has rank 0; "
+                             "reshape it first (e.g. .reshape([1]))")
         raise ShapeError(f"{op}: dim {dim} is out of range for a tensor of rank {ndim} "
-                         f"(valid: {lo}..{hi})")
+                         f"(valid: {-ndim}..{ndim - 1})")
     return dim % ndim
 
 

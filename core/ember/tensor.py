@@ -723,21 +723,19 @@ class Tensor:
 
     def slice_assign(self, key, value):
         """A copy of this tensor with `self[key]` replaced by `value` (broadcast to fit)."""
-        starts, stops, steps, _ = S.parse_index(self.shape, key)
-        region = S.slice_shape(starts, stops, steps)
+        starts, stops, steps, indexed = S.parse_index(self.shape, key)
+        region = S.slice_shape(starts, stops, steps)  # `indexed` with int dims kept as size 1
         if isinstance(value, Tensor):
             value = value.cast(self.dtype)
-            if value.ndim > len(region) or S.broadcast("slice_assign", value.shape,
-                                                       region) != region:
-                # allow values shaped like the indexed result (ints dropped dims)
-                try:
-                    value = value.reshape(region)
-                except ShapeError:
-                    raise ShapeError(f"slice_assign: value of shape {S.fmt(value.shape)} does "
-                                     f"not fit the region {S.fmt(region)} of shape "
-                                     f"{S.fmt(self.shape)}") from None
-            elif value.ndim < len(region):
-                value = value.reshape((1,) * (len(region) - value.ndim) + value.shape)
+            if value.shape != region:
+                # NumPy's rule: the value broadcasts to the shape that self[key] has
+                if value.ndim > len(indexed) or S.broadcast(
+                        "slice_assign", value.shape, indexed) != indexed:
+                    raise ShapeError(
+                        f"slice_assign: a value of shape {S.fmt(value.shape)} does not "
+                        f"broadcast to {S.fmt(indexed)}, the shape of x[key] (x has shape "
+                        f"{S.fmt(self.shape)})")
+                value = value.expand(indexed).reshape(region)
         else:
             value = _fill_value("slice_assign", _operand("slice_assign", value), self.dtype)
         return _apply(OPS["slice_assign"], self, value, starts=starts, stops=stops, steps=steps)
