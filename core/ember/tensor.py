@@ -84,7 +84,7 @@ def _take(t, op, pos, site):
 def _backend_of(op, items):
     backend = None
     for t in items:
-        if type(t) is Tensor:
+        if isinstance(t, Tensor):
             if backend is None:
                 backend = t.backend
             elif t.backend is not backend and t.backend != backend:
@@ -141,18 +141,18 @@ def _elementwise(op, a, b=_NO):
     # Python number, or tensors of one dtype on one backend). Only here may an operand's
     # buffer be donated; the refcount thresholds are calibrated on exactly these calls.
     prims = None
-    if type(a) is Tensor and a.dtype in op.native:
+    if isinstance(a, Tensor) and a.dtype in op.native:
         backend, dtype, shape = a.backend, a.dtype, a.shape
         if b is _NO:
             prims = [_take(a, op, 0, "elementwise")]
-        elif type(b) is Tensor:
+        elif isinstance(b, Tensor):
             if b.dtype == dtype and b.backend is backend:
                 if b.shape != shape:
                     shape = S.broadcast(op.name, shape, b.shape)
                 prims = [_take(a, op, 0, "elementwise"), _take(b, op, 1, "elementwise")]
         elif (type(b) is float or type(b) is int) and dtype[0] == "f":
             prims = [_take(a, op, 0, "elementwise"), b]
-    elif type(b) is Tensor and b.dtype in op.native and b.dtype[0] == "f" and (
+    elif isinstance(b, Tensor) and b.dtype in op.native and b.dtype[0] == "f" and (
             type(a) is float or type(a) is int):
         backend, dtype, shape = b.backend, b.dtype, b.shape
         prims = [a, _take(b, op, 1, "elementwise")]

@@ -107,4 +107,4 @@ def op(name, kind, np, wgsl=None, grad=None, **rules: Any):
     return entry
 
 
-from . import definitions  # noqa: E402,F401  (fills OPS)
+from . import definitions, nn  # noqa: E402,F401  (fill OPS)

@@ -1,0 +1,199 @@
+"""Module and Param: Burn's modules, with PyTorch's spellings.
+
+A Module finds its parameters by walking its attributes: sub-modules, `Param`s, and lists,
+tuples and dicts of those. A `Param` is a Tensor with a stable id (Burn's ParamId) that an
+update keeps, so optimizer state and gradients can be keyed by it. Non-trainable params
+(BatchNorm's running statistics) are saved with the module but never optimized.
+
+Modules are updated functionally in spirit (Burn's `model = opt.step(model, grads)`), but in
+place in practice: `map_params` swaps each Param for a new one with the same id and returns
+the module, so no copy of a large model is made.
+"""
+
+import copy
+import itertools
+
+from ..autodiff import Autodiff, no_grad
+from ..backend import Backend, default_backend
+from ..errors import BackendError, ShapeError
+from ..shape import prod
+from ..tensor import Tensor
+
+_ids = itertools.count(1)
+
+
+class Param(Tensor):
+    """A module parameter: a tensor with an id that survives updates, and a trainable flag."""
+
+    __slots__ = ("param_id", "trainable")
+
+    def __init__(self, tensor, trainable=True, param_id=None):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"Param: expected a Tensor, got {type(tensor).__name__}")
+        prim = tensor._prim
+        if trainable and isinstance(tensor.backend, Autodiff):
+            # a fresh leaf: gradients of a step are keyed by it
+            prim = tensor.detach().require_grad()._prim
+        super().__init__(prim, tensor.backend, tensor.shape, tensor.dtype)
+        self.param_id = next(_ids) if param_id is None else param_id
+        self.trainable = trainable
+
+    def with_value(self, tensor):
+        """A Param with this one's id and flag, holding `tensor`."""
+        if tensor.shape != self.shape:
+            raise ShapeError(f"Param.with_value: new value of shape {list(tensor.shape)} for a "
+                             f"parameter of shape {list(self.shape)}")
+        return Param(tensor, self.trainable, self.param_id)
+
+    def value(self):
+        """The plain Tensor (no id), sharing the data."""
+        return Tensor(self._prim, self.backend, self.shape, self.dtype)
+
+    def __repr__(self):
+        kind = "Param" if self.trainable else "Param(trainable=False)"
+        return f"{kind}#{self.param_id} " + super().__repr__()
+
+    __hash__ = Tensor.__hash__
+
+
+def _walk(obj, prefix):
+    """(name, container, key, value) for every Param and Module directly under obj."""
+    items = vars(obj).items() if isinstance(obj, Module) else (
+        obj.items() if isinstance(obj, dict) else enumerate(obj))
+    for key, value in items:
+        if isinstance(obj, Module) and key.startswith("_"):
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, (Param, Module)):
+            yield name, obj, key, value
+        elif isinstance(value, (list, tuple, dict)) and value:
+            yield from _walk(value, name + ".")
+
+
+class Module:
+    """Base class of layers and models: subclasses set attributes in __init__ and define
+    forward(); `module(x)` calls forward."""
+
+    training = True
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # ---- walking -----------------------------------------------------------------------------
+    def named_modules(self, prefix=""):
+        """(dotted name, module) for this module and every module under it."""
+        yield prefix, self
+        for name, _, _, value in _walk(self, f"{prefix}." if prefix else ""):
+            if isinstance(value, Module):
+                yield from value.named_modules(name)
+
+    def named_params(self, prefix=""):
+        """(dotted name, Param) for every Param, trainable or not (what records save)."""
+        for mod_name, module in self.named_modules(prefix):
+            for name, _, _, value in _walk(module, f"{mod_name}." if mod_name else ""):
+                if isinstance(value, Param):
+                    yield name, value
+
+    def named_parameters(self):
+        """(dotted name, Param) for the trainable parameters, as PyTorch's state-dict names."""
+        return ((n, p) for n, p in self.named_params() if p.trainable)
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def named_buffers(self):
+        """(dotted name, Param) for the non-trainable ones (running statistics)."""
+        return ((n, p) for n, p in self.named_params() if not p.trainable)
+
+    def num_params(self):
+        """How many trainable numbers the module has."""
+        return sum(prod(p.shape) for p in self.parameters())
+
+    # ---- updating ----------------------------------------------------------------------------
+    def map_params(self, fn):
+        """Replace every Param p (named n) by fn(n, p), which must return a Param (or p).
+        Shared Params are mapped once. Returns self."""
+        done = {}
+        for mod_name, module in list(self.named_modules()):
+            for name, container, key, value in list(_walk(module, f"{mod_name}." if mod_name
+                                                          else "")):
+                if not isinstance(value, Param):
+                    continue
+                if id(value) not in done:
+                    done[id(value)] = fn(name, value)
+                _set(module, container, key, done[id(value)])
+        return self
+
+    def to(self, backend):
+        """Move every parameter to `backend` (returns self)."""
+        if not isinstance(backend, Backend):
+            raise BackendError(f"Module.to: expected a backend such as NdArray(), got "
+                               f"{backend!r}")
+        return self.map_params(lambda n, p: Param(p.to(backend), p.trainable, p.param_id))
+
+    def backend(self):
+        """The backend of the parameters (the default backend for a module without any)."""
+        for _, p in self.named_params():
+            return p.backend
+        return default_backend()
+
+    def train(self, mode=True):
+        for _, m in self.named_modules():
+            m.training = mode
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def clone(self):
+        """An independent copy (same param ids: a copy of the same model)."""
+        return copy.deepcopy(self)
+
+    def valid(self):
+        """This module on the inner backend of its Autodiff backend, for validation (Burn's
+        valid): a copy without gradient tracking, in eval mode."""
+        backend = self.backend()
+        inner = backend.inner if isinstance(backend, Autodiff) else backend
+        with no_grad():
+            out = _copy_tree(self)
+            out.map_params(lambda n, p: Param(
+                Tensor(p._prim.prim if isinstance(p.backend, Autodiff) else p._prim, inner,
+                       p.shape, p.dtype), p.trainable, p.param_id))
+        return out.eval()
+
+    # ---- display -----------------------------------------------------------------------------
+    def extra_repr(self):
+        return ""
+
+    def __repr__(self):
+        children = [(n, v) for n, _, _, v in _walk(self, "") if isinstance(v, Module)]
+        own = sum(prod(p.shape) for n, _, _, p in _walk(self, "")
+                  if isinstance(p, Param) and p.trainable)
+        head = f"{type(self).__name__}({self.extra_repr()})"
+        total = self.num_params()
+        if not children:
+            return f"{head}  # {total:,} params" if total else head
+        lines = [f"{head}  # {total:,} params" + (f" ({own:,} own)" if own else "")]
+        for name, child in children:
+            text = repr(child).replace("\n", "\n  ")
+            lines.append(f"  ({name}): {text}")
+        return "\n".join(lines)
+
+
+def _set(module, container, key, value):
+    if container is module:
+        object.__setattr__(module, key, value)
+    elif isinstance(container, tuple):
+        raise TypeError("Module: Params inside tuples cannot be updated; use a list")
+    else:
+        container[key] = value
+
+
+def _copy_tree(module):
+    """A copy of the module tree whose containers are new but whose Params are shared (they
+    are replaced right after by map_params, so no tensor data is copied)."""
+    memo = {id(p): p for _, p in module.named_params()}
+    return copy.deepcopy(module, memo)
