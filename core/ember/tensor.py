@@ -424,6 +424,12 @@ class Tensor:
                                "to change the dtype use .cast(dtype)")
         if backend == self.backend:  # same kind of data: share it, adopt the given backend
             return Tensor(self._prim, backend, self.shape, self.dtype)
+        # into or out of a decorator (Autodiff(NdArray()) <-> NdArray()): no copy
+        if backend.inner is not None and backend.inner == self.backend:
+            return Tensor(backend.wrap(self._prim, self.shape, self.dtype), backend, self.shape,
+                          self.dtype)
+        if self.backend.inner is not None and self.backend.inner == backend:
+            return Tensor(self.backend.unwrap(self._prim), backend, self.shape, self.dtype)
         array = np.array(self.to_numpy(), copy=True, order="C")
         return Tensor(backend.from_numpy(array), backend, self.shape, self.dtype)
 

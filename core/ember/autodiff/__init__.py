@@ -131,6 +131,12 @@ class Autodiff(Backend):
     def sync(self):
         self.inner.sync()
 
+    def wrap(self, inner_prim, shape, dtype):
+        return ADPrim(inner_prim, None, shape, dtype)
+
+    def unwrap(self, prim):
+        return prim.prim
+
     # ---- what Tensor's autodiff methods call -----------------------------------------------
     def require_grad(self, t):
         if not is_float(t.dtype):

@@ -56,6 +56,13 @@ class Backend:
     def sync(self):
         pass
 
+    # decorators only: move a prim of the inner backend in and out without copying
+    def wrap(self, inner_prim, shape, dtype):
+        raise NotImplementedError
+
+    def unwrap(self, prim):
+        raise NotImplementedError
+
     def key(self):
         """What makes two instances the same backend (equal keys share tensors freely)."""
         return (type(self).__name__, self.inner.key() if self.inner is not None else None)

@@ -39,15 +39,23 @@ class Param(Tensor):
         self.trainable = trainable
 
     def with_value(self, tensor):
-        """A Param with this one's id and flag, holding `tensor`."""
+        """A Param with this one's id and flag, holding `tensor` (moved to this Param's
+        backend; from the inner backend of an Autodiff one without a copy)."""
         if tensor.shape != self.shape:
             raise ShapeError(f"Param.with_value: new value of shape {list(tensor.shape)} for a "
                              f"parameter of shape {list(self.shape)}")
-        return Param(tensor, self.trainable, self.param_id)
+        return Param(tensor.to(self.backend), self.trainable, self.param_id)
 
     def value(self):
         """The plain Tensor (no id), sharing the data."""
         return Tensor(self._prim, self.backend, self.shape, self.dtype)
+
+    def inner(self):
+        """The value without gradient tracking: on the inner backend of an Autodiff backend
+        (where optimizers compute updates), else the value itself. No copy."""
+        if isinstance(self.backend, Autodiff):
+            return self.to(self.backend.inner)
+        return self.value()
 
     def __repr__(self):
         kind = "Param" if self.trainable else "Param(trainable=False)"
@@ -159,9 +167,7 @@ class Module:
         inner = backend.inner if isinstance(backend, Autodiff) else backend
         with no_grad():
             out = _copy_tree(self)
-            out.map_params(lambda n, p: Param(
-                Tensor(p._prim.prim if isinstance(p.backend, Autodiff) else p._prim, inner,
-                       p.shape, p.dtype), p.trainable, p.param_id))
+            out.map_params(lambda n, p: Param(p.to(inner), p.trainable, p.param_id))
         return out.eval()
 
     # ---- display -----------------------------------------------------------------------------
