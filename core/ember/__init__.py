@@ -15,3 +15,12 @@ __all__ = [
     "Tensor", "autodiff", "default_backend", "dtype", "no_grad", "ops", "seed",
     "set_default_backend",
 ]
+
+
+def __getattr__(name):
+    # `import ember; ember.nn` works without importing every subpackage at start-up
+    if name in ("nn", "optim", "record", "train", "data", "onnx", "models"):
+        import importlib
+
+        return importlib.import_module(f"ember.{name}")
+    raise AttributeError(f"module 'ember' has no attribute {name!r}")

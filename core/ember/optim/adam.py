@@ -1,0 +1,68 @@
+"""Adam and AdamW: torch.optim.Adam / AdamW's update (AMSGrad included)."""
+
+from .optimizer import Optimizer, lerp
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(Optimizer):
+    """torch.optim.Adam, step for step (weight_decay is L2 added to the gradient; AdamW
+    decouples it):
+
+        m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
+        x = x - lr / (1 - beta1**t) * m / (sqrt(v) / sqrt(1 - beta2**t) + eps)
+    """
+
+    _decoupled = False
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 amsgrad=False, *, maximize=False, grad_clip=None):
+        name = type(self).__name__
+        beta1, beta2 = betas
+        if not 0.0 <= beta1 < 1.0 or not 0.0 <= beta2 < 1.0:
+            raise ValueError(f"{name}: invalid betas {betas}: each must be in [0, 1)")
+        if eps < 0 or weight_decay < 0:
+            raise ValueError(f"{name}: invalid eps {eps} or weight_decay {weight_decay}")
+        super().__init__(lr, grad_clip)
+        self.betas = (float(beta1), float(beta2))
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
+        self.amsgrad, self.maximize = amsgrad, maximize
+
+    def _init_state(self, x):
+        state = {"step": 0, "exp_avg": x.zeros_like(), "exp_avg_sq": x.zeros_like()}
+        if self.amsgrad:
+            state["max_exp_avg_sq"] = x.zeros_like()
+        return state
+
+    def _state_keys(self):
+        return {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if self.amsgrad else set())
+
+    def _update(self, x, g, state, lr):
+        beta1, beta2 = self.betas
+        if self.maximize:
+            g = -g
+        state["step"] = step = state["step"] + 1
+        if self.weight_decay != 0:
+            if self._decoupled:
+                x = x * (1 - lr * self.weight_decay)
+            else:
+                g = g + x * self.weight_decay
+        m = state["exp_avg"] = lerp(state["exp_avg"], g, 1 - beta1)
+        v = state["exp_avg_sq"] = state["exp_avg_sq"] * beta2 + g * (1 - beta2) * g
+        if self.amsgrad:
+            v = state["max_exp_avg_sq"] = state["max_exp_avg_sq"].maximum(v)
+        step_size = lr / (1 - beta1 ** step)
+        denom = v.sqrt() / (1 - beta2 ** step) ** 0.5 + self.eps
+        return x + m * -step_size / denom
+
+
+class AdamW(Adam):
+    """torch.optim.AdamW: Adam with decoupled weight decay (x = x * (1 - lr * weight_decay)
+    before the Adam step), default weight_decay 0.01."""
+
+    _decoupled = True
+
+    def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False, grad_clip=None):
+        super().__init__(lr, betas, eps, weight_decay, amsgrad, maximize=maximize,
+                         grad_clip=grad_clip)
