@@ -124,15 +124,19 @@ class Module:
     def map_params(self, fn):
         """Replace every Param p (named n) by fn(n, p), which must return a Param (or p).
         Shared Params are mapped once. Returns self."""
-        done = {}
-        for mod_name, module in list(self.named_modules()):
-            for name, container, key, value in list(_walk(module, f"{mod_name}." if mod_name
-                                                          else "")):
-                if not isinstance(value, Param):
-                    continue
-                if id(value) not in done:
-                    done[id(value)] = fn(name, value)
-                _set(module, container, key, done[id(value)])
+        slots = [(module, entry) for mod_name, module in list(self.named_modules())
+                 for entry in _walk(module, f"{mod_name}." if mod_name else "")
+                 if isinstance(entry[3], Param)]
+        for _, (name, container, _, _) in slots:  # refuse before changing anything
+            if isinstance(container, tuple):
+                raise TypeError(f"Module: the Param {name} sits in a tuple, which cannot be "
+                                "updated; use a list")
+        done = {}  # every new Param first: if fn raises, nothing has changed
+        for _, (name, _, _, value) in slots:
+            if id(value) not in done:
+                done[id(value)] = fn(name, value)
+        for module, (_, container, key, value) in slots:
+            _set(module, container, key, done[id(value)])
         return self
 
     def to(self, backend):
@@ -192,8 +196,6 @@ class Module:
 def _set(module, container, key, value):
     if container is module:
         object.__setattr__(module, key, value)
-    elif isinstance(container, tuple):
-        raise TypeError("Module: Params inside tuples cannot be updated; use a list")
     else:
         container[key] = value
 

@@ -1,0 +1,705 @@
+"""PyTorch's `torch.save` files, read without torch and without running the pickle's code.
+
+A `.pt` / `.pth` file is a zip archive (`<name>/data.pkl`, the pickled object, and
+`<name>/data/<key>`, the raw bytes of each storage), or for files written by PyTorch < 1.6 (or
+with `_use_new_zipfile_serialization=False`) a stream of pickles followed by the storages.
+
+Why this is safe. A pickle is a program: its GLOBAL / STACK_GLOBAL opcodes import any
+module attribute by name (os.system, builtins.eval, subprocess.Popen, ...) and REDUCE calls it.
+Here the unpickler's `find_class` never imports anything: it looks the (module, name) pair up
+in a fixed table of stand-ins written in this file, and raises UnsafePickleError, naming the
+global, for every other pair, before the global could be called. The stand-ins only build
+data: `_rebuild_tensor_v2` records (storage, offset, shape, strides, dtype) for NumPy to read
+later, storage classes and torch dtypes are inert markers, OrderedDict is a dict subclass that
+keeps nothing from BUILD, and NumPy's array/scalar/dtype pickles are rebuilt from raw bytes for
+numeric dtypes only. The table's entries are frozen, so a BUILD opcode aimed at one cannot
+change how the next file is read. `persistent_load` only turns ('storage', type, key, ...) into
+a lazy reader of the archive entry `data/<key>`. Storage bytes are read as numbers with NumPy,
+after checking that every view (offset, sizes, strides) lies inside its storage.
+
+Not read: TorchScript archives, tensors of quantized / complex32 / float8 "fnuz" dtypes,
+sparse tensors, and PyTorch < 0.4's tar format; each is refused with its reason.
+"""
+
+import io
+import os
+import pickle
+import re
+import struct
+import zipfile
+
+import numpy as np
+
+from . import _convert, _module, _safetensors
+from ._errors import RecordError, UnsafePickleError
+
+MAGIC_NUMBER = 0x1950A86A20F9469CFC6C  # torch.serialization's, first in legacy files
+PROTOCOL_VERSION = 1001
+
+# torch dtype -> (NumPy dtype of the stored bytes, widening to a NumPy dtype or None)
+_DTYPES = {
+    "float64": ("<f8", None), "float32": ("<f4", None), "float16": ("<f2", None),
+    "bfloat16": ("<u2", _convert.bf16_to_f32),
+    "float8_e4m3fn": ("u1", _convert.f8_e4m3fn_to_f32),
+    "float8_e5m2": ("u1", _convert.f8_e5m2_to_f32),
+    "int64": ("<i8", None), "int32": ("<i4", None), "int16": ("<i2", None), "int8": ("i1", None),
+    "uint64": ("<u8", None), "uint32": ("<u4", None), "uint16": ("<u2", None),
+    "uint8": ("u1", None), "bool": ("u1", lambda a: a != 0),
+    "complex64": ("<c8", None), "complex128": ("<c16", None),
+}
+_STORAGES = {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
+    "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
+    "BoolStorage": "bool", "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128", "UntypedStorage": "uint8",
+}
+_STATE_KEYS = ("state_dict", "model_state_dict", "model", "module")
+
+
+# ---- stand-ins for the globals a state dict's pickle names -----------------------------------
+
+class _Frozen:
+    """The allow-list's entries are shared by every load: a pickle's BUILD opcode (which sets
+    attributes, or calls __setstate__) must not change them for the next file."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name, value):
+        raise RecordError(f"the pickle tries to change {self!r}")
+
+    __delattr__ = __setattr__
+
+    def __setstate__(self, state):
+        raise RecordError(f"the pickle tries to change {self!r}")
+
+
+class _Marker(_Frozen):
+    """A torch name that is data, not code: a storage type, a dtype, a tensor class."""
+
+    __slots__ = ("kind", "value")
+
+    def __init__(self, kind, value):
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "value", value)
+
+    def __repr__(self):
+        return f"<{self.kind} {self.value}>"
+
+
+class _Call(_Frozen):
+    """An allowed function, called with positional arguments only (as REDUCE does)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        object.__setattr__(self, "fn", fn)
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __repr__(self):
+        return f"<stand-in {self.fn.__name__}>"
+
+
+class _StateDict(dict):
+    """collections.OrderedDict as a plain dict (insertion-ordered). BUILD hands it the
+    module's `_metadata` (versions of layers); it is dropped, as there is no __dict__ to fill."""
+
+    __slots__ = ()
+
+    def __setstate__(self, state):
+        pass
+
+
+class _Storage:
+    """The bytes of one torch storage, read on first use (shared by every view of it)."""
+
+    __slots__ = ("key", "dtype", "_read", "_data")
+
+    def __init__(self, key, dtype, read):
+        self.key, self.dtype, self._read, self._data = key, dtype, read, None
+
+    def __setstate__(self, state):
+        raise RecordError("the pickle sets attributes on a storage; not a state dict")
+
+    def data(self):
+        if self._data is None:
+            if self._read is None:
+                raise RecordError(f"record.load_pytorch: the file lacks the data of storage "
+                                  f"{self.key!r}: truncated or corrupt")
+            self._data = self._read()
+        return self._data
+
+
+class TensorRef:
+    """A tensor of the file: its dtype and shape are known at once, its values are read from
+    the storage by `load()` (a NumPy array; bfloat16 / float8 widened to float32)."""
+
+    __slots__ = ("storage", "offset", "shape", "stride", "dtype", "flags", "big_endian",
+                 "source")
+
+    def __init__(self, storage, offset, shape, stride, dtype, metadata=None):
+        if not isinstance(storage, _Storage):
+            raise RecordError(f"a tensor's storage is a {type(storage).__name__}")
+        self.storage, self.dtype = storage, dtype
+        self.offset = _int(offset, "storage offset")
+        self.shape = _ints(shape, "size")
+        self.stride = _ints(stride, "stride")
+        if len(self.shape) != len(self.stride) or min(
+                (self.offset,) + self.shape + self.stride) < 0:
+            raise RecordError(f"a tensor has size {list(self.shape)}, stride "
+                              f"{list(self.stride)} and offset {self.offset}")
+        self.flags = dict(metadata) if isinstance(metadata, dict) else {}
+        self.big_endian, self.source = False, "the file"
+
+    def __setstate__(self, state):
+        raise RecordError("the pickle sets attributes on a tensor; not a state dict")
+
+    def load(self):
+        stored, widen = _DTYPES[self.dtype]
+        stored = np.dtype(stored)
+        if self.big_endian:
+            stored = stored.newbyteorder(">")
+        data = self.storage.data()
+        count = len(data) // stored.itemsize
+        if 0 in self.shape:
+            values = np.zeros(self.shape, stored.newbyteorder("="))
+        else:
+            last = self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.stride))
+            if last >= count:
+                raise RecordError(
+                    f"record.load_pytorch: cannot read {self.source}: a {self.dtype} tensor "
+                    f"of size {list(self.shape)}, stride {list(self.stride)} and offset "
+                    f"{self.offset} reaches element {last} of a storage of {count}: the file "
+                    "is corrupt or truncated")
+            base = np.frombuffer(data, stored, count)[self.offset:]
+            view = np.lib.stride_tricks.as_strided(
+                base, self.shape, [s * stored.itemsize for s in self.stride], writeable=False)
+            values = np.array(view, dtype=stored.newbyteorder("="), order="C")
+        if widen is not None:
+            values = widen(values)
+        if self.flags.get("neg"):
+            values = -values
+        if self.flags.get("conj"):
+            values = np.conj(values)
+        return values
+
+
+def _int(value, what):
+    if type(value) is not int:
+        raise RecordError(f"a tensor's {what} is {_short(value)}, not an integer")
+    return value
+
+
+def _ints(values, what):
+    if not isinstance(values, tuple):
+        raise RecordError(f"a tensor's {what} is {_short(values)}, not a tuple")
+    return tuple(_int(v, what) for v in values)
+
+
+def _dtype_of(marker, what):
+    if not isinstance(marker, _Marker) or marker.kind not in ("storage", "dtype"):
+        raise RecordError(f"{what} is {_short(marker)}, not a torch dtype")
+    if marker.value not in _DTYPES:
+        raise RecordError(f"tensors of dtype torch.{marker.value} cannot be read")
+    return marker.value
+
+
+def _rebuild_tensor(storage, storage_offset, size, stride):
+    if not isinstance(storage, _Storage):
+        raise RecordError(f"a tensor's storage is a {type(storage).__name__}")
+    return TensorRef(storage, storage_offset, size, stride, storage.dtype)
+
+
+def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False,
+                       backward_hooks=None, metadata=None):
+    if not isinstance(storage, _Storage):
+        raise RecordError(f"a tensor's storage is a {type(storage).__name__}")
+    return TensorRef(storage, storage_offset, size, stride, storage.dtype, metadata)
+
+
+def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks,
+                       dtype, metadata=None):
+    return TensorRef(storage, storage_offset, size, stride, _dtype_of(dtype, "a tensor's dtype"),
+                     metadata)
+
+
+def _rebuild_parameter(data, requires_grad=True, backward_hooks=None, state=None):
+    if not isinstance(data, TensorRef):
+        raise RecordError(f"a parameter holds a {type(data).__name__}, not a tensor")
+    return data
+
+
+def _rebuild_from_type_v2(func, new_type, args, state):
+    # a tensor subclass (or a tensor with Python attributes): the data is what matters
+    if not any(func is f for f in _REBUILDERS) or not isinstance(args, tuple):
+        raise RecordError(f"a tensor is rebuilt by {_short(func)}")
+    if not (isinstance(new_type, _Marker) and new_type.kind == "tensor class"):
+        raise RecordError(f"a tensor of class {_short(new_type)}")
+    return func(*args)
+
+
+def _size(values=()):
+    return tuple(values)
+
+
+def _device(*args):
+    return args[0] if args and isinstance(args[0], str) else "cpu"
+
+
+def _codecs_encode(text, encoding="utf-8"):
+    # protocol 2 pickles Python 3 bytes as _codecs.encode(str, "latin1")
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise RecordError(f"_codecs.encode({type(text).__name__}, {encoding!r}) is not how "
+                          "pickle writes bytes")
+    return text.encode("latin1")
+
+
+def _bytearray(data=b""):
+    if not isinstance(data, (bytes, bytearray)):
+        raise RecordError(f"bytearray({type(data).__name__}) is not how pickle writes bytes")
+    return bytearray(data)
+
+
+# NumPy's own pickles: arrays and scalars of numeric dtypes only
+
+class _NumpyDType:
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def __setstate__(self, state):
+        if not isinstance(state, tuple) or len(state) < 2 or state[1] not in "<>|=":
+            raise RecordError(f"a NumPy dtype with state {_short(state)}")
+        if len(state) > 3 and state[3] is not None:
+            raise RecordError("a structured NumPy dtype")
+        self.dtype = self.dtype.newbyteorder(state[1])
+
+
+def _numpy_dtype(name, align=False, copy=True):
+    try:
+        dtype = np.dtype(name) if isinstance(name, str) else None
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biufc":
+        raise RecordError(f"a NumPy dtype {_short(name)}: only numeric dtypes are read")
+    return _NumpyDType(dtype)
+
+
+class _NumpyArray:
+    __slots__ = ("array",)
+
+    def __init__(self):
+        self.array = None
+
+    def __setstate__(self, state):
+        if not (isinstance(state, tuple) and len(state) == 5):
+            raise RecordError("a NumPy array with an unknown state")
+        _, shape, dtype, fortran, raw = state
+        if not isinstance(dtype, _NumpyDType) or not isinstance(raw, (bytes, bytearray)):
+            raise RecordError("a NumPy array of objects: only numeric arrays are read")
+        shape = _ints(shape, "NumPy shape")
+        count = int(np.prod(shape, dtype=np.int64))
+        if len(raw) != count * dtype.dtype.itemsize:
+            raise RecordError(f"a NumPy array of shape {list(shape)} with {len(raw)} bytes")
+        flat = np.frombuffer(raw, dtype.dtype, count)
+        self.array = flat.reshape(shape, order="F" if fortran else "C").astype(
+            dtype.dtype.newbyteorder("="), order="C")
+
+
+def _numpy_reconstruct(cls, shape=(0,), typecode=b"b"):
+    if not (isinstance(cls, _Marker) and cls.kind == "numpy class"):
+        raise RecordError(f"a NumPy array of class {_short(cls)}")
+    return _NumpyArray()
+
+
+def _numpy_scalar(dtype, raw=None):
+    if not isinstance(dtype, _NumpyDType) or not isinstance(raw, bytes) or (
+            len(raw) != dtype.dtype.itemsize):
+        raise RecordError("a NumPy scalar that is not a number")
+    return np.frombuffer(raw, dtype.dtype, 1).astype(dtype.dtype.newbyteorder("="))[0]
+
+
+def _numpy_frombuffer(buffer, dtype, shape, order):
+    # NumPy's protocol-5 array pickle
+    array = _NumpyArray()
+    array.__setstate__((1, shape, dtype, order == "F", bytes(buffer)))
+    return array
+
+
+_REBUILDERS = tuple(_Call(f) for f in (_rebuild_tensor, _rebuild_tensor_v2, _rebuild_tensor_v3,
+                                         _rebuild_parameter))
+
+
+def _allowed():
+    rebuild, rebuild_v2, rebuild_v3, parameter = _REBUILDERS
+    table = {
+        ("collections", "OrderedDict"): _StateDict,
+        ("torch._utils", "_rebuild_tensor"): rebuild,
+        ("torch._utils", "_rebuild_tensor_v2"): rebuild_v2,
+        ("torch._utils", "_rebuild_tensor_v3"): rebuild_v3,
+        ("torch._utils", "_rebuild_parameter"): parameter,
+        ("torch._utils", "_rebuild_parameter_with_state"): parameter,
+        ("torch._tensor", "_rebuild_from_type_v2"): _Call(_rebuild_from_type_v2),
+        ("torch", "Size"): _Call(_size),
+        ("torch", "device"): _Call(_device),
+        ("torch", "Tensor"): _Marker("tensor class", "Tensor"),
+        ("torch.nn.parameter", "Parameter"): _Marker("tensor class", "Parameter"),
+        ("torch.storage", "UntypedStorage"): _Marker("storage", "uint8"),
+        ("_codecs", "encode"): _Call(_codecs_encode),
+        ("numpy", "dtype"): _Call(_numpy_dtype),
+        ("numpy", "ndarray"): _Marker("numpy class", "ndarray"),
+    }
+    for module in ("torch", "torch.cuda"):
+        for name, dtype in _STORAGES.items():
+            table[(module, name)] = _Marker("storage", dtype)
+    for name in _DTYPES:
+        table[("torch", name)] = _Marker("dtype", name)
+    for module in ("builtins", "__builtin__"):  # Python 2 era files spell it __builtin__
+        # immutable builtin types: BUILD cannot change them either
+        table.update({(module, "set"): set, (module, "frozenset"): frozenset,
+                      (module, "slice"): slice, (module, "complex"): complex,
+                      (module, "bytearray"): _Call(_bytearray)})
+    for module in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        table[(module, "_reconstruct")] = _Call(_numpy_reconstruct)
+        table[(module, "scalar")] = _Call(_numpy_scalar)
+    for module in ("numpy.core.numeric", "numpy._core.numeric"):
+        table[(module, "_frombuffer")] = _Call(_numpy_frombuffer)
+    return table
+
+
+ALLOWED = _allowed()
+
+
+class _Unpickler(pickle.Unpickler):
+    """pickle.Unpickler whose globals come from ALLOWED only, and whose persistent ids are
+    storages of the file (through `storage(pid)`, or none)."""
+
+    def __init__(self, file, source, storage=None):
+        super().__init__(file, encoding="utf-8")
+        self._source, self._storage = source, storage
+
+    def find_class(self, module, name):
+        found = ALLOWED.get((module, name))
+        if found is None:
+            raise UnsafePickleError(
+                f"record.load_pytorch: refused to load {self._source}: its pickle asks for the "
+                f"global {module}.{name}, which is not part of a state dict of tensors. ember "
+                "unpickles with an allow-list (tensors, storages, dtypes, OrderedDict, NumPy "
+                "numbers) and never imports or calls anything else, so a file cannot run code "
+                "here; nothing was executed. If the file is trusted and holds a whole pickled "
+                "model or other Python objects, re-save its weights with "
+                "torch.save(model.state_dict(), path) or safetensors.")
+        return found
+
+    def persistent_load(self, pid):
+        if self._storage is None:
+            raise RecordError(f"a persistent id {_short(pid)} where none belongs")
+        return self._storage(pid)
+
+
+class _CorruptPickle(RecordError):
+    pass
+
+
+def _unpickle(unpickler, source):
+    try:
+        return unpickler.load()
+    except (UnsafePickleError, _CorruptPickle):
+        raise
+    except RecordError as e:  # a stand-in refused its arguments
+        raise RecordError(f"record.load_pytorch: cannot read {source}: {e}") from None
+    except Exception as e:  # the pickle itself is broken: truncated, wrong opcodes, bad args
+        raise _CorruptPickle(f"record.load_pytorch: cannot read {source}: its pickle is "
+                             f"corrupt or truncated ({type(e).__name__}: {e})") from None
+
+
+def _storage_id(pid, source):
+    if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] in ("storage", b"storage")):
+        raise RecordError(f"record.load_pytorch: {source} has an unknown persistent id "
+                          f"{_short(pid)}")
+    marker, key = pid[1], pid[2]
+    if isinstance(key, bytes):
+        key = key.decode("ascii", "replace")
+    if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z0-9_]+", key):
+        raise RecordError(f"record.load_pytorch: {source} names a storage {_short(key)}")
+    return _dtype_of(marker, "a storage's type"), key
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+# ---- the zip format --------------------------------------------------------------------------
+
+def _read_zip(path, source, key):
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
+        raise RecordError(f"record.load_pytorch: cannot read {source}: not a readable zip "
+                          f"archive, truncated or corrupt ({e})") from None
+    with archive:
+        names = archive.namelist()
+        pickles = sorted((n for n in names if n.endswith("data.pkl")
+                          and n.count("/") <= 1), key=len)
+        if not pickles:
+            if any(n.endswith("constants.pkl") for n in names):
+                raise RecordError(f"record.load_pytorch: {source} is a TorchScript archive "
+                                  "(torch.jit.save); save its weights with "
+                                  "torch.save(torch.jit.load(path).state_dict(), out)")
+            raise RecordError(f"record.load_pytorch: {source} is a zip archive without "
+                              "data.pkl: not a file written by torch.save")
+        prefix = pickles[0][: -len("data.pkl")]
+        if prefix + "constants.pkl" in names:
+            raise RecordError(f"record.load_pytorch: {source} is a TorchScript archive "
+                              "(torch.jit.save); save its weights with "
+                              "torch.save(torch.jit.load(path).state_dict(), out)")
+        big = _read_entry(archive, prefix + "byteorder", source, optional=True) == b"big"
+        storages, refs = {}, []
+
+        def storage(pid):
+            dtype, name = _storage_id(pid, source)
+            if name not in storages:
+                entry = f"{prefix}data/{name}"
+                storages[name] = _Storage(name, dtype,
+                                          lambda: _read_entry(archive, entry, source))
+            return storages[name]
+
+        unpickler = _Unpickler(io.BytesIO(_read_entry(archive, pickles[0], source)), source,
+                               storage)
+        obj = _unpickle(unpickler, source)
+        tensors, others = _state_dict(obj, source, key)
+        for t in tensors.values():
+            if isinstance(t, TensorRef):
+                t.big_endian, t.source = big, source
+                refs.append(t)
+        # the archive closes here: read the storages the tensors use while it is open
+        for t in refs:
+            t.storage.data()
+    return tensors, others
+
+
+def _read_entry(archive, name, source, optional=False):
+    try:
+        return archive.read(name)
+    except KeyError:
+        if optional:
+            return None
+        raise RecordError(f"record.load_pytorch: {source} lacks the entry {name!r}: truncated "
+                          "or corrupt") from None
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+        raise RecordError(f"record.load_pytorch: cannot read {name!r} of {source}: corrupt or "
+                          f"truncated ({e})") from None
+
+
+# ---- the legacy format (PyTorch < 1.6) -------------------------------------------------------
+
+def _read_legacy(path, source, key, sure=True):
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            magic = _unpickle(_Unpickler(f, source), source)
+        except _CorruptPickle:
+            if sure:
+                raise
+            raise RecordError(f"record.load_pytorch: {source} is neither a torch.save file "
+                              "(zip or legacy pickle) nor safetensors") from None
+        if magic != MAGIC_NUMBER:
+            raise RecordError(f"record.load_pytorch: {source} is a pickle but not one written "
+                              "by torch.save (no magic number); ember reads torch.save files "
+                              "and safetensors")
+        version = _unpickle(_Unpickler(f, source), source)
+        if version != PROTOCOL_VERSION:
+            raise RecordError(f"record.load_pytorch: {source} uses the legacy protocol "
+                              f"{_short(version)}; ember reads {PROTOCOL_VERSION}")
+        _unpickle(_Unpickler(f, source), source)  # system info: the data is little-endian
+        storages = {}
+
+        def storage(pid):
+            dtype, name = _storage_id(pid, source)
+            view = pid[5] if len(pid) > 5 else None
+            if name not in storages:
+                storages[name] = _Storage(name, dtype, None)
+            if view is None:
+                return storages[name]
+            # a view of a storage (PyTorch < 0.4): (view key, offset, size) in elements
+            if not (isinstance(view, tuple) and len(view) == 3):
+                raise RecordError(f"a storage view {_short(view)}")
+            root, itemsize = storages[name], np.dtype(_DTYPES[dtype][0]).itemsize
+            start = _int(view[1], "view offset") * itemsize
+            stop = start + _int(view[2], "view size") * itemsize
+            return _Storage(str(view[0]), dtype, lambda: root.data()[start:stop])
+
+        obj = _unpickle(_Unpickler(f, source, storage), source)
+        keys = _unpickle(_Unpickler(f, source), source)
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise RecordError(f"record.load_pytorch: {source} has no list of storages after "
+                              "its pickle: truncated or corrupt")
+        for name in keys:
+            head = f.read(8)
+            if len(head) < 8:
+                raise RecordError(f"record.load_pytorch: {source} is truncated (storage "
+                                  f"{name!r} is missing)")
+            (count,) = struct.unpack("<q", head)
+            stored = storages.get(name)
+            if stored is None:
+                raise RecordError(f"record.load_pytorch: {source} stores {name!r}, which its "
+                                  "pickle never uses: corrupt")
+            nbytes = count * np.dtype(_DTYPES[stored.dtype][0]).itemsize
+            if count < 0 or f.tell() + nbytes > size:
+                raise RecordError(f"record.load_pytorch: {source} is truncated (storage "
+                                  f"{name!r} needs {nbytes} bytes)")
+            stored._data = f.read(nbytes)
+    tensors, others = _state_dict(obj, source, key)
+    for t in tensors.values():
+        if isinstance(t, TensorRef):
+            t.source = source
+    return tensors, others
+
+
+# ---- finding the state dict ------------------------------------------------------------------
+
+def _state_dict(obj, source, key=None):
+    """({name: TensorRef or NumPy array}, [names of entries that are not tensors])."""
+    if not isinstance(obj, dict):
+        raise RecordError(f"record.load_pytorch: {source} holds a {type(obj).__name__}, not a "
+                          "dict of tensors")
+    if key is not None:
+        for part in key.split("/"):
+            if not isinstance(obj, dict) or part not in obj:
+                raise RecordError(f"record.load_pytorch: {source} has no entry {key!r}; its "
+                                  f"top-level keys: {_keys(obj)}")
+            obj = obj[part]
+        return _state_dict(obj, source)
+    if not any(isinstance(v, TensorRef) for v in dict.values(obj)):
+        for k in _STATE_KEYS:
+            if isinstance(obj.get(k), dict):
+                return _state_dict(obj[k], source)
+    tensors, others = {}, []
+    try:
+        _flatten(obj, "", tensors, others, {id(obj)})
+    except RecursionError:
+        raise RecordError(f"record.load_pytorch: {source} nests dicts too deeply for a state "
+                          "dict") from None
+    if not tensors:
+        raise RecordError(f"record.load_pytorch: found no tensors in {source}; its top-level "
+                          f"keys: {_keys(obj)}; pick the entry with key=")
+    return tensors, others
+
+
+def _keys(obj):
+    return ", ".join(repr(k) for k in list(obj)[:20]) if isinstance(obj, dict) else "none"
+
+
+def _flatten(obj, prefix, tensors, others, seen):
+    for key, value in dict.items(obj):
+        name = f"{prefix}{key}"
+        if isinstance(value, TensorRef):
+            tensors[name] = value
+        elif isinstance(value, _NumpyArray) and value.array is not None:
+            tensors[name] = _module.ArrayEntry(value.array)
+        elif isinstance(value, dict) and id(value) not in seen:
+            seen.add(id(value))
+            _flatten(value, name + ".", tensors, others, seen)
+        else:
+            others.append(name)
+
+
+# ---- the public functions --------------------------------------------------------------------
+
+def read(path, key=None):
+    """(entries, names of non-tensor entries) of a torch.save or safetensors file."""
+    source = repr(os.fspath(path))
+    kind = _module.sniff(path)
+    if kind == "zip":
+        return _read_zip(path, source, key)
+    if kind in ("pickle", "unknown"):  # pickles of protocol 0 and 1 have no header
+        return _read_legacy(path, source, key, sure=kind == "pickle")
+    if kind == "tar":
+        raise RecordError(f"record.load_pytorch: {source} is in the tar format of PyTorch "
+                          "< 0.4, which ember does not read; load it with torch and re-save it "
+                          "with torch.save(state_dict, path)")
+    tensors = dict(_safetensors.File(path, "record.load_pytorch").entries)
+    if key is not None:
+        prefix = key.replace("/", ".") + "."
+        tensors = {n[len(prefix):]: t for n, t in tensors.items() if n.startswith(prefix)}
+        if not tensors:
+            raise RecordError(f"record.load_pytorch: {source} has no tensors under {key!r}")
+    return tensors, []
+
+
+def read_pytorch(path, key=None):
+    """{name: NumPy array} of the state dict in a torch.save file (or a .safetensors file),
+    read without torch and without running code. `key` picks an entry of a checkpoint dict
+    ("ema", "model/backbone"); by default the tensors at the top, else the entry named
+    state_dict, model_state_dict, model or module."""
+    tensors, _ = read(path, key)
+    return {name: entry.load() for name, entry in tensors.items()}
+
+
+def load_pytorch(path, module, key_map=None, strict=True, *, key=None):
+    """Load PyTorch weights into `module` in place and return it: a torch.save file of a
+    state dict (or of a checkpoint dict holding one under "state_dict" / "model" / ...; `key`
+    picks another entry), zip or legacy format, or a .safetensors file.
+    `key_map`: {regex: replacement} applied in order to every name (re.sub) before matching,
+    e.g. {r"^conv\\.(.*)": r"conv1.\\1"}. Names, shapes and dtypes are checked as in
+    record.load: every problem is reported at once and nothing changes on failure."""
+    _module._check_module(module, "record.load_pytorch")
+    source = repr(os.fspath(path))
+    tensors, others = read(path, key)
+    for name in others:  # non-tensor entries (extra state) match no Param
+        tensors.setdefault(name, _NotTensor())
+    renamed, notes = {}, []
+    if key_map:
+        tensors, renamed, notes = _remap(tensors, key_map, source)
+    bad = [n for n, t in tensors.items() if isinstance(t, _NotTensor)]
+    params = {n for n, _ in module.named_params()}
+    if any(n in params for n in bad):
+        raise RecordError(f"record.load_pytorch: in {source}, "
+                          f"{', '.join(n for n in bad if n in params)} are not tensors")
+    tensors = {n: t for n, t in tensors.items() if n not in bad or strict}
+    return _module.fill(module, tensors, strict=strict, who="record.load_pytorch",
+                        source=source, renamed=renamed, notes=notes)
+
+
+class _NotTensor:
+    shape = ()
+    dtype = "object"
+
+
+def _remap(tensors, key_map, source):
+    pairs = list(key_map.items()) if isinstance(key_map, dict) else list(key_map)
+    compiled = []
+    for pattern, replacement in pairs:
+        try:
+            compiled.append((re.compile(pattern), replacement, pattern))
+        except re.error as e:
+            raise RecordError(f"record.load_pytorch: key_map pattern {pattern!r} is not a "
+                              f"regular expression ({e})") from None
+    out, renamed, used, clashes = {}, {}, set(), []
+    for name, entry in tensors.items():
+        new = name
+        for regex, replacement, pattern in compiled:
+            try:
+                changed = regex.sub(replacement, new)
+            except (re.error, IndexError) as e:
+                raise RecordError(f"record.load_pytorch: key_map replacement "
+                                  f"{replacement!r} for {pattern!r} fails on {new!r} ({e})"
+                                  ) from None
+            if changed != new:
+                used.add(pattern)
+            new = changed
+        if new in out:
+            clashes.append(f"{renamed[new]!r} and {name!r} both become {new!r}")
+        out[new] = entry
+        renamed[new] = name
+    if clashes:
+        raise RecordError(f"record.load_pytorch: key_map maps several names of {source} to "
+                          "one: " + "; ".join(clashes))
+    notes = [f"note: key_map pattern {p!r} matched no name" for _, _, p in compiled
+             if p not in used]
+    return out, renamed, notes
+
