@@ -39,12 +39,12 @@ def test_bench_one_benchmark_of_a_module(capsys):
     assert len(rows) == 2 and all(r.startswith("ndarray_vs_numpy.matmul ") for r in rows)
 
 
-@pytest.mark.parametrize("name, hint", [("nope", "ndarray_vs_numpy, ownership"),
-                                        ("ownership.nope", "ownership has: chain")])
-def test_bench_unknown_name_is_a_clear_error(name, hint, capsys):
+@pytest.mark.parametrize("name, hints", [("nope", ["ndarray_vs_numpy", "ownership"]),
+                                         ("ownership.nope", ["ownership has: chain"])])
+def test_bench_unknown_name_is_a_clear_error(name, hints, capsys):
     assert cli.main(["bench", name]) == 2
     err = capsys.readouterr().err
-    assert f"unknown benchmark '{name}'" in err and hint in err
+    assert f"unknown benchmark '{name}'" in err and all(h in err for h in hints)
 
 
 def test_bench_outside_a_source_checkout(monkeypatch, capsys):

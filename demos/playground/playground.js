@@ -1,0 +1,97 @@
+// The playground: Python in a Web Worker (the page stays responsive), ember preinstalled,
+// top-level await. URL options: ?worker=0 runs Python on the page's thread, ?cdn=1 takes
+// Pyodide from the CDN instead of this site.
+import { loadEmber } from "../web/ember.js";
+
+const $ = (id) => document.getElementById(id);
+const status = $("status"), code = $("code"), output = $("output"), run = $("run"), stop = $("stop");
+const params = new URLSearchParams(location.search);
+
+function setStatus(text) {
+  status.textContent = text;
+  status.classList.toggle("error", text.startsWith("error"));
+}
+
+function append(text, cls) {
+  const span = document.createElement("span");
+  if (cls) span.className = cls;
+  span.textContent = text;
+  output.append(span);
+  output.scrollTop = output.scrollHeight;
+}
+
+// examples load while Python boots; the first one fills the code box
+const examples = fetch("examples.json").then((r) => r.json()).then((list) => {
+  const select = $("examples");
+  for (const ex of list) select.add(new Option(ex.title, ex.name));
+  select.onchange = () => { code.value = list.find((e) => e.name === select.value).code; };
+  if (!code.value) code.value = list[0]?.code ?? "";
+  return list;
+}).catch((e) => append(`could not load the examples: ${e.message}\n`, "error"));
+
+const ember = loadEmber({
+  worker: params.get("worker") !== "0",
+  cdn: params.get("cdn") === "1",
+  onProgress: ({ stage, message, ms }) => {
+    if (stage !== "ready") setStatus(`loading: ${stage}`);
+    $("progress").textContent = stage === "ready" ? `ready in ${(ms / 1000).toFixed(2)} s` : message;
+  },
+});
+
+ember.then(async (py) => {
+  await examples;
+  window.__ember = { timings: py.timings, versions: py.versions, worker: py.worker,
+                     readyAt: performance.now() };
+  const v = py.versions;
+  $("versions").textContent = `ember ${v.ember} · Python ${v.python} · Pyodide ${v.pyodide} · ` +
+    `NumPy ${v.numpy} · ${py.worker ? "in a Web Worker" : "on the page's thread"}`;
+  run.disabled = false;
+  setStatus("ready");
+}, (e) => {
+  console.error(e);
+  setStatus(`error: ${e.message}`);
+  append(`${e.stack ?? e}\n`, "error");
+});
+
+async function runCode() {
+  if (run.disabled) return;
+  const py = await ember;
+  run.disabled = true;
+  stop.disabled = !py.worker;
+  setStatus("running");
+  const t0 = performance.now();
+  let state = "error";
+  try {
+    const outcome = await py.runPython(code.value, {
+      onStdout: (t) => append(t), onStderr: (t) => append(t, "stderr"),
+    });
+    if (outcome.ok) {
+      state = "ok";
+      if (outcome.result !== null) append(`${outcome.result}\n`, "result");
+    } else {
+      append(outcome.error, "error");
+    }
+    setStatus("ready");
+  } catch (e) {
+    append(`${e.message}\n`, "error");
+    setStatus(`error: ${e.message}`);
+  } finally {
+    const ms = performance.now() - t0;
+    $("run-ms").textContent = `ran in ${ms.toFixed(0)} ms`;
+    output.dataset.state = state;
+    output.dataset.runs = String(Number(output.dataset.runs) + 1);
+    run.disabled = false;
+    stop.disabled = true;
+  }
+}
+
+run.onclick = runCode;
+stop.onclick = async () => (await ember).interrupt();
+$("clear-output").onclick = () => { output.textContent = ""; };
+code.addEventListener("keydown", (e) => {
+  if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); runCode(); }
+  if (e.key === "Tab" && !e.shiftKey) {
+    e.preventDefault();
+    code.setRangeText("    ", code.selectionStart, code.selectionEnd, "end");
+  }
+});

@@ -1,0 +1,125 @@
+"""The playground (/playground/), the landing page and the PyScript page, in headless Chromium,
+offline: nothing may leave 127.0.0.1 (see conftest.py)."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+from conftest import run_code, wait_ready
+
+
+def gelu_reference(values):
+    a = np.asarray(values, dtype=np.float64)
+    return a * (np.vectorize(math.erf)(a / math.sqrt(2)) + 1) / 2
+
+
+def test_landing_page_lists_the_pages(page):
+    page.goto(page.base)
+    links = page.eval_on_selector_all("#pages a", "els => els.map(e => e.getAttribute('href'))")
+    assert "playground/" in links and "demos/pyscript/" in links
+
+
+def test_playground_reaches_ready_and_runs_the_seeds_gelu_custom(page):
+    assert wait_ready(page) == "ready"
+    assert "def gelu_custom(x):" in page.input_value("#code")  # the first example is preloaded
+    out = run_code(page)
+    assert page.get_attribute("#output", "data-state") == "ok", out
+    assert "gelu_custom(x) = Tensor(shape=[4, 4], dtype=float32, backend=NdArray<cpu>" in out
+    # the last expression's value: gelu_custom of a known input, checked against float64 NumPy
+    last = out[out.rindex("Tensor(shape=[2, 3]"):]
+    got = np.array([float(v) for v in
+                    last.split("data=")[1].replace("[", " ").replace("]", " ")
+                    .replace(",", " ").replace(")", " ").split()])
+    want = gelu_reference([[-2.0, -0.5, 0.0], [0.5, 1.0, 3.0]]).ravel()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert page.text_content("#status") == "ready"
+    versions = page.text_content("#versions")
+    assert "Pyodide 0.27.7" in versions and "NumPy 2.0.2" in versions and "Web Worker" in versions
+
+
+def test_playground_runs_the_autodiff_example(page):
+    wait_ready(page)
+    page.select_option("#examples", "autodiff")
+    assert "Autodiff(NdArray())" in page.input_value("#code")
+    out = run_code(page)
+    assert page.get_attribute("#output", "data-state") == "ok", out
+    assert "backend: Autodiff<NdArray<cpu>>" in out
+    assert "y.grad(grads): shape (32, 32), dtype float32, on NdArray<cpu>" in out
+
+
+def test_every_example_runs_without_error(page):
+    wait_ready(page)
+    names = page.eval_on_selector_all("#examples option", "os => os.map(o => o.value)")
+    assert len(names) >= 4
+    for name in names:
+        page.select_option("#examples", name)
+        out = run_code(page)
+        assert page.get_attribute("#output", "data-state") == "ok", f"{name}: {out}"
+
+
+def test_top_level_await_reaches_the_pages_webgpu(page):
+    wait_ready(page)
+    page.select_option("#examples", "await_webgpu")
+    out = run_code(page)
+    assert page.get_attribute("#output", "data-state") == "ok", out
+    assert "WebGPU adapter:" in out  # Chromium runs with --enable-unsafe-webgpu (SwiftShader)
+
+
+def test_a_traceback_shows_the_users_code_and_stdout_before_it(page):
+    wait_ready(page)
+    out = run_code(page, 'print("before")\ndef f():\n    raise ValueError("boom")\nf()\n')
+    assert page.get_attribute("#output", "data-state") == "error"
+    assert out.startswith("before\n")
+    assert "Traceback (most recent call last):" in out
+    assert 'File "<playground>", line 4, in <module>' in out
+    assert '    raise ValueError("boom")' in out and out.rstrip().endswith("ValueError: boom")
+    assert "_pyodide" not in out  # Pyodide's own runner frames are cut
+    assert page.text_content("#status") == "ready"  # a failing run is not a failing page
+    out = run_code(page, "import ember\nember.Tensor.ones([2, 3]) @ ember.Tensor.ones([2, 3])")
+    assert "ember.errors.ShapeError: matmul" in out or "ShapeError: matmul" in out
+
+
+def test_the_page_stays_responsive_and_stop_interrupts(page):
+    wait_ready(page)
+    page.fill("#code", "import time\nprint('start', flush=True)\nwhile True:\n    time.sleep(0)\n")
+    page.click("#run")
+    page.wait_for_function("() => document.querySelector('#output').textContent.includes('start')")
+    t0 = time.perf_counter()
+    assert page.evaluate("() => document.querySelector('#status').textContent") == "running"
+    assert time.perf_counter() - t0 < 1.0  # the main thread answers while Python loops
+    assert page.evaluate("crossOriginIsolated")  # COOP/COEP from the server: interrupts work
+    page.click("#stop")
+    page.wait_for_function("() => document.querySelector('#output').dataset.runs === '1'")
+    assert "KeyboardInterrupt" in page.text_content("#output")
+    out = run_code(page, "1 + 1")  # the interpreter is still usable
+    assert out.rstrip().endswith("2")
+
+
+def test_main_thread_mode(page):
+    assert wait_ready(page, "playground/?worker=0") == "ready"
+    out = run_code(page)
+    assert page.get_attribute("#output", "data-state") == "ok", out
+    assert "on the page's thread" in page.text_content("#versions")
+
+
+def test_namespaces_are_fresh_and_outputs_stream_in_order(page):
+    wait_ready(page)
+    run_code(page, "x = 41")
+    out = run_code(page, "print('a'); import sys; print('b', file=sys.stderr); print('c')\n"
+                         "'x' in globals()")
+    assert out.endswith("a\nb\nc\nFalse\n")
+
+
+@pytest.mark.allow_outside("cdn.jsdelivr.net")
+@pytest.mark.allow_console_errors
+def test_cdn_only_when_asked_and_a_failure_is_shown(page):
+    status = wait_ready(page, "playground/?cdn=1")
+    assert status.startswith("error: ")  # the CDN is unreachable here: the page says so
+    assert any("cdn.jsdelivr.net/pyodide/v0.27.7/full/" in u for u in page.log.outside)
+
+
+def test_pyscript_page_runs_ember_offline(page):
+    page.goto(page.base + "demos/pyscript/")
+    page.wait_for_function("() => document.querySelector('#status').textContent === 'ready'")
+    assert "gelu_custom(x) = Tensor(shape=[2, 3]" in page.text_content("#output")

@@ -1,0 +1,42 @@
+"""What `ember site` builds, checked on the session's site (no browser)."""
+
+import hashlib
+import json
+import zipfile
+
+from ember import site
+
+
+def test_lock_registers_ember_with_numpy_and_every_sha256_is_the_files(site_dir):
+    lock = json.loads((site_dir / "pyodide" / "pyodide-lock.json").read_text())
+    assert lock["info"]["version"] == site.PYODIDE_VERSION
+    ember = lock["packages"]["ember"]
+    assert ember["depends"] == ["numpy"] and ember["imports"] == ["ember"]
+    assert ember["file_name"].endswith("-py3-none-any.whl")
+    assert set(lock["packages"]) == {"ember", "numpy", "micropip", "packaging", "pillow"}
+    for entry in lock["packages"].values():
+        data = (site_dir / "pyodide" / entry["file_name"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"], entry["file_name"]
+
+
+def test_stdlib_and_wheels_ship_as_bytecode(site_dir):
+    info = json.loads((site_dir / "build-info.json").read_text())
+    assert info["fast_start"] and info["techniques"]
+    with zipfile.ZipFile(site_dir / "pyodide" / "python_stdlib.zip") as z:
+        names = z.namelist()
+    assert "os.pyc" in names and "os.py" not in names
+    numpy = info["packages"]["numpy"]
+    assert numpy["sha256"] != numpy["official_sha256"]  # rebuilt, and the lock says so
+    with zipfile.ZipFile(site_dir / "pyodide" / numpy["file_name"]) as z:
+        names = z.namelist()
+    assert "numpy/__init__.pyc" in names and not any(n.endswith(".py") for n in names)
+
+
+def test_pages_and_runtime_are_in_place(site_dir):
+    for path in ("index.html", "playground/index.html", "playground/examples.json",
+                 "web/ember.js", "web/ember-worker.js", "web/boot.js", "pyscript/core.js",
+                 "demos/pyscript/index.html", "pyodide/pyodide.mjs", "pyodide/pyodide.asm.wasm"):
+        assert (site_dir / path).is_file(), path
+    assert not (site_dir / "web" / "tools").exists()  # build-time scripts are not served
+    examples = json.loads((site_dir / "playground" / "examples.json").read_text())
+    assert examples[0]["name"] == "gelu_custom"

@@ -1,0 +1,153 @@
+"""ember.site without a network or a browser: the sha256 check against the official lock, the
+lock entry, the cached downloads, the server's headers, the playground's examples and the CLI.
+The real build and the browser are exercised in e2e/."""
+
+import ast
+import asyncio
+import hashlib
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ember import cli, site
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "demos" / "playground" / "examples"
+
+
+def fake_release(tmp_path, data=b"wheel bytes", lock_data=None):
+    name = "numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl"
+    archive = tmp_path / "assets.whl"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr(site.WHEELS_FOLDER + name, data)
+    digest = hashlib.sha256(lock_data if lock_data is not None else data).hexdigest()
+    lock = {"packages": {"numpy": {"file_name": name, "sha256": digest, "depends": []}}}
+    return archive, lock, name
+
+
+def test_a_wheel_whose_sha256_differs_from_the_official_lock_is_refused(tmp_path):
+    archive, lock, name = fake_release(tmp_path, b"tampered", lock_data=b"official")
+    with pytest.raises(site.SiteError) as e:
+        site.extract_wheels(archive, lock, ["numpy"], tmp_path)
+    assert name in str(e.value) and "sha256" in str(e.value)
+    assert not (tmp_path / name).exists()
+
+
+def test_a_matching_wheel_is_extracted(tmp_path):
+    archive, lock, name = fake_release(tmp_path)
+    site.extract_wheels(archive, lock, ["numpy"], tmp_path)
+    assert (tmp_path / name).read_bytes() == b"wheel bytes"
+
+
+def test_a_wheel_missing_from_the_archive_is_named(tmp_path):
+    archive, lock, name = fake_release(tmp_path)
+    lock["packages"]["numpy"]["file_name"] = "numpy-9.whl"
+    with pytest.raises(site.SiteError, match="numpy-9.whl"):
+        site.extract_wheels(archive, lock, ["numpy"], tmp_path)
+
+
+def test_dependencies_are_closed_over():
+    lock = {"packages": {"micropip": {"depends": ["packaging"]}, "packaging": {"depends": []},
+                         "numpy": {"depends": []}}}
+    assert site.with_dependencies(lock, ["numpy", "micropip"]) == \
+        ["numpy", "micropip", "packaging"]
+    with pytest.raises(site.SiteError, match="scipy"):
+        site.with_dependencies(lock, ["scipy"])
+
+
+def test_lock_entry_for_the_ember_wheel(tmp_path):
+    wheel = tmp_path / "ember-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"zip")
+    entry = site.lock_entry(wheel, "ember", "0.1.0", ["ember"], ["numpy"])
+    assert entry["file_name"] == wheel.name and entry["depends"] == ["numpy"]
+    assert entry["sha256"] == hashlib.sha256(b"zip").hexdigest()
+
+
+def test_downloads_come_from_the_cache_when_present(tmp_path, monkeypatch):
+    (tmp_path / "downloads").mkdir()
+    (tmp_path / "downloads" / "pyodide-0.27.7.tgz").write_bytes(b"")
+    (tmp_path / "downloads" / "pytest-9.2.0-py3-none-any.whl").write_bytes(b"")
+
+    def offline(*a, **kw):
+        raise AssertionError("no download expected")
+    monkeypatch.setattr(site, "_run", offline)
+    assert site.npm_pack("pyodide@0.27.7", tmp_path).name == "pyodide-0.27.7.tgz"
+    assert site.pip_download(["pytest==9.2.0"], tmp_path)[0].name.startswith("pytest-9.2.0")
+
+
+def test_a_missing_tool_is_a_clear_error():
+    with pytest.raises(site.SiteError, match="not found"):
+        site._run(["no-such-tool-for-ember"], "testing")
+
+
+@pytest.fixture
+def served(tmp_path):
+    (tmp_path / "a.wasm").write_bytes(b"\0asm" + bytes(100))
+    (tmp_path / "m.mjs").write_text("export {};")
+    (tmp_path / "index.html").write_text("<title>t</title>")
+    server = site.SiteServer(tmp_path).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_server_headers_mime_types_and_revalidation(served):
+    with urllib.request.urlopen(served.url + "a.wasm") as r:
+        assert r.headers["Content-Type"] == "application/wasm"
+        assert r.headers["Cross-Origin-Opener-Policy"] == "same-origin"
+        assert r.headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+        assert r.headers["Cache-Control"] == "no-cache"
+        etag = r.headers["ETag"]
+        assert len(r.read()) == 104
+    with urllib.request.urlopen(served.url + "m.mjs") as r:
+        assert r.headers["Content-Type"] == "text/javascript"
+    assert served.bytes_sent == 104 + len("export {};")
+    request = urllib.request.Request(served.url + "a.wasm", headers={"If-None-Match": etag})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(request)
+    assert e.value.code == 304
+    assert served.url.startswith("http://127.0.0.1:")
+
+
+def test_examples_are_ordered_and_titled():
+    examples = site.playground_examples(EXAMPLES)
+    assert [e["name"] for e in examples][:2] == ["gelu_custom", "autodiff"]
+    assert all(e["title"] and not e["title"].startswith("#") for e in examples)
+    assert "def gelu_custom(x):" in examples[0]["code"]
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.py")), ids=lambda p: p.stem)
+def test_examples_run_in_cpython_too(path, capsys):
+    code = path.read_text()
+    if "import js" in code:
+        pytest.skip("needs the browser's JavaScript globals")
+    compiled = compile(code, str(path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    result = eval(compiled, {"__name__": "__main__"})
+    if asyncio.iscoroutine(result):
+        asyncio.run(result)
+    assert capsys.readouterr().out
+
+
+def test_cli_has_site_and_demo():
+    parser = cli.build_parser()
+    args = parser.parse_args(["demo"])
+    assert args.port == 8000 and args.fast_start and args.run is cli._demo
+    args = parser.parse_args(["site", "--out", "x", "--no-fast-start"])
+    assert args.out == "x" and not args.fast_start and args.run is cli._site
+    with pytest.raises(SystemExit):
+        parser.parse_args(["site"])  # --out is required
+
+
+def test_landing_page_lists_built_pages(tmp_path):
+    for page, title in (("playground", "ember playground"), ("demos/mnist", "MNIST")):
+        (tmp_path / page).mkdir(parents=True)
+        (tmp_path / page / "index.html").write_text(f"<title>{title}</title>")
+    (tmp_path / "pyscript").mkdir()
+    (tmp_path / "pyscript" / "index.html").write_text("<title>x</title>")
+    site.write_landing(tmp_path, {"ember": "0.1.0", "techniques": []})
+    text = (tmp_path / "index.html").read_text()
+    assert 'href="playground/"' in text and 'href="demos/mnist/"' in text
+    assert 'href="pyscript/"' not in text and "stock files" in text

@@ -1,0 +1,37 @@
+// The Web Worker behind loadEmber({worker: true}): boots Pyodide here and runs code on request,
+// so a long Python computation never freezes the page. Messages in: boot, run; out: progress,
+// ready, stdout, stderr, done, error.
+import { boot } from "./boot.js";
+
+let py = null;
+let current = null; // id of the run in progress: its output is tagged with it
+let queue = Promise.resolve(); // runs go one at a time, in the order they were asked for
+
+self.onmessage = async ({ data: m }) => {
+  if (m.type === "boot") {
+    try {
+      py = await boot({
+        indexURL: m.indexURL, cdn: m.cdn, emberWheelURL: m.wheel,
+        progress: (stage, message) => postMessage({ type: "progress", stage, message }),
+        stdout: (text) => postMessage({ type: "stdout", id: current, text }),
+        stderr: (text) => postMessage({ type: "stderr", id: current, text }),
+      });
+      if (m.interrupt) py.pyodide.setInterruptBuffer(m.interrupt);
+      postMessage({ type: "ready", versions: py.versions, timings: py.timings });
+    } catch (e) {
+      postMessage({ type: "error", message: String(e?.message ?? e) });
+    }
+  } else if (m.type === "run") {
+    if (!py) return postMessage({ type: "error", id: m.id, message: "ember is not booted" });
+    queue = queue.then(async () => {
+      current = m.id;
+      try {
+        postMessage({ type: "done", id: m.id, outcome: await py.run(m.code, m.opts) });
+      } catch (e) {
+        postMessage({ type: "error", id: m.id, message: String(e?.message ?? e) });
+      } finally {
+        current = null;
+      }
+    });
+  }
+};

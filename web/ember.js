@@ -1,0 +1,102 @@
+// ember in the browser: `const ember = await loadEmber({...})` boots Pyodide, installs the ember
+// wheel and returns a handle that runs Python (top-level await allowed).
+//
+//   indexURL  where Pyodide lives; default: the site's own /pyodide/ (beside this file's folder)
+//   cdn       true: take Pyodide from the jsDelivr CDN instead (ember's wheel still comes from
+//             this site); only when a page asks for it
+//   worker    true: run Python in a Web Worker, so the page never freezes while Python runs
+//   onProgress({stage, message, ms})   stages: runtime, packages, import, ready
+//   onStdout(text), onStderr(text)     default sinks (runPython can pass its own per run)
+//
+// handle.runPython(code, {onStdout, onStderr, filename, fresh}) resolves to
+//   {ok: true, result: repr-of-last-expression | null} or {ok: false, error: traceback-text};
+// it rejects only when the runtime itself failed. handle.interrupt() raises KeyboardInterrupt in
+// a running worker (needs cross-origin isolation: `ember demo` sends COOP/COEP).
+// handle.versions, handle.timings (ms since loadEmber), handle.worker, handle.close().
+import { boot, CDN_URL, PYODIDE_VERSION } from "./boot.js";
+
+export { CDN_URL, PYODIDE_VERSION };
+export const DEFAULT_INDEX_URL = new URL("../pyodide/", import.meta.url).href;
+
+async function emberWheelURL() {
+  const info = await (await fetch(new URL("../build-info.json", import.meta.url))).json();
+  return new URL(`../${info.ember_wheel}`, import.meta.url).href;
+}
+
+export async function loadEmber({ indexURL, cdn = false, worker = false, onProgress = () => {},
+                                  onStdout = () => {}, onStderr = () => {} } = {}) {
+  const t0 = performance.now();
+  indexURL = new URL(indexURL ?? (cdn ? CDN_URL : DEFAULT_INDEX_URL), location.href).href;
+  if (!indexURL.endsWith("/")) indexURL += "/";
+  const wheel = cdn ? await emberWheelURL() : undefined;
+  const progress = (stage, message) => onProgress({ stage, message, ms: Math.round(performance.now() - t0) });
+  const handle = worker
+    ? await bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr })
+    : await bootHere({ indexURL, cdn, wheel, progress, onStdout, onStderr });
+  handle.timings.ready = Math.round(performance.now() - t0);
+  progress("ready", "ready");
+  return handle;
+}
+
+async function bootHere({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
+  let sinks = { out: onStdout, err: onStderr };
+  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, progress,
+                          stdout: (t) => sinks.out(t), stderr: (t) => sinks.err(t) });
+  let queue = Promise.resolve();
+  return {
+    worker: false, versions: py.versions, timings: { ...py.timings }, pyodide: py.pyodide,
+    runPython(code, { onStdout: o = onStdout, onStderr: e = onStderr, ...opts } = {}) {
+      // one run at a time: the output sinks belong to the run in progress
+      const run = queue.then(async () => {
+        sinks = { out: o, err: e };
+        try { return await py.run(code, opts); } finally { sinks = { out: onStdout, err: onStderr }; }
+      });
+      queue = run.catch(() => {});
+      return run;
+    },
+    interrupt() {},
+    close() {},
+  };
+}
+
+function bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
+  const w = new Worker(new URL("./ember-worker.js", import.meta.url), { type: "module" });
+  const runs = new Map();
+  let nextId = 1;
+  const interrupt = globalThis.crossOriginIsolated ? new Uint8Array(new SharedArrayBuffer(1)) : null;
+  return new Promise((resolve, reject) => {
+    const fail = (message) => {
+      const error = new Error(message);
+      reject(error);
+      for (const r of runs.values()) r.reject(error);
+      runs.clear();
+    };
+    w.onerror = (e) => { e.preventDefault?.(); fail(`ember worker: ${e.message || "failed to start"}`); };
+    w.onmessageerror = () => fail("ember worker: a message could not be read");
+    w.onmessage = ({ data: m }) => {
+      const run = runs.get(m.id);
+      if (m.type === "progress") progress(m.stage, m.message);
+      else if (m.type === "ready") {
+        resolve({
+          worker: true, versions: m.versions, timings: m.timings,
+          runPython(code, { onStdout: o = onStdout, onStderr: e = onStderr, ...opts } = {}) {
+            const id = nextId++;
+            return new Promise((res, rej) => {
+              runs.set(id, { resolve: res, reject: rej, out: o, err: e });
+              if (interrupt) interrupt[0] = 0;
+              w.postMessage({ type: "run", id, code, opts });
+            });
+          },
+          interrupt() { if (interrupt) interrupt[0] = 2; },
+          close() { w.terminate(); fail("ember worker closed"); },
+        });
+      } else if (m.type === "stdout") run?.out(m.text);
+      else if (m.type === "stderr") run ? run.err(m.text) : onStderr(m.text);
+      else if (m.type === "done") { runs.delete(m.id); run?.resolve(m.outcome); }
+      else if (m.type === "error") {
+        if (run) { runs.delete(m.id); run.reject(new Error(m.message)); } else fail(m.message);
+      }
+    };
+    w.postMessage({ type: "boot", indexURL, cdn, wheel, interrupt });
+  });
+}
