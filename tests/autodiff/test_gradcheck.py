@@ -8,7 +8,9 @@ import pytest
 import ember
 from ember import Tensor
 from ember.backend import Autodiff, NdArray
+from ember.nn import functional as F
 from ember.ops import OPS
+from ember.tensor import _apply
 
 B = Autodiff(NdArray())
 
@@ -59,10 +61,23 @@ CHECKS = {
                    lambda x, v: x.mask_where(_mask(x, [True, False, False, True]), v)
                    .mask_fill(_mask(x, [False, True, False, False]), 7.0) * _w((3, 4))),
     "matmul": ([(2, 3, 4), (4, 5)], "any", lambda a, b: a @ b),
+    # stride 2 over 8 rows leaves the last row unread: the input gradient crops (pads < 0)
+    "conv2d": ([(2, 4, 8, 6), (4, 2, 3, 2), (4,)], "any",
+               lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(0, 1), dilation=(1, 2),
+                                        groups=2)),
+    "conv_transpose2d": ([(2, 4, 3, 3), (4, 2, 3, 2)], "any",
+                         lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1,
+                                                         output_padding=(1, 0), groups=2,
+                                                         dilation=(1, 2))),
+    "conv2d_weight": ([(2, 4, 7, 6), (2, 4, 3, 3)], "any",
+                      lambda x, g: _apply(OPS["conv2d_weight"], x, g, kernel=(2, 2),
+                                          stride=(2, 2), padding=((0, 0), (1, 0)),
+                                          dilation=(1, 2), groups=2)),
 }
 
 # ops whose results carry no gradient (bools, indices, constants)
-NOT_DIFFERENTIABLE = {"eq", "ne", "lt", "le", "gt", "ge", "argmax", "argmin", "full"}
+NOT_DIFFERENTIABLE = {"eq", "ne", "lt", "le", "gt", "ge", "argmax", "argmin", "full",
+                      "max_pool2d_indices"}
 
 
 def _w(shape):
@@ -128,7 +143,8 @@ def test_gradient_matches_finite_differences(name):
 @pytest.mark.parametrize("name", sorted(NOT_DIFFERENTIABLE - {"full"}))
 def test_non_differentiable_results_are_not_tracked(name):
     x = Tensor.from_data([[0.5, -1.0, 2.0]], backend=B, dtype="float64").require_grad()
-    calls = {"argmax": lambda: x.argmax(1), "argmin": lambda: x.argmin(1)}
+    calls = {"argmax": lambda: x.argmax(1), "argmin": lambda: x.argmin(1),
+             "max_pool2d_indices": lambda: F.max_pool2d(x[None, None], 1, return_indices=True)[1]}
     out = calls[name]() if name in calls else getattr(x, name)(0.5)
     assert not out.is_require_grad()
     assert out.dtype in ("bool", "int32")

@@ -883,6 +883,9 @@ add("full",
         DTypeError))
 
 
+from . import cases_nn  # noqa: E402,F401  (adds the cases of the nn primitives, ops/nn.py)
+
+
 def _check_ids():
     for op, cases in CASES.items():
         ids = [c.id for c in cases]

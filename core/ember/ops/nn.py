@@ -1,4 +1,357 @@
-"""The op table's neural-network primitives (convolution, pooling, embedding, resizing).
+"""The op table's neural-network primitives: the convolutions and max pooling's indices.
 
 Declared like every other primitive (see ops/__init__.py); imported by ops/__init__.py.
+
+Only what cannot be a composite is here; ember.nn.functional builds the rest:
+
+- conv2d(x, w)            x [N, C, H, W], w [O, C/groups, KH, KW] -> [N, O, OH, OW]
+- conv_transpose2d(x, w)  x [N, C, H, W], w [C, O/groups, KH, KW] -> [N, O, OH, OW]; the
+                          adjoint of conv2d in x: conv2d's input gradient, and a user op
+- conv2d_weight(x, g)     conv2d's weight gradient [O, C/groups, KH, KW] (also that of
+                          conv_transpose2d, with the roles of x and g swapped)
+- max_pool2d_indices(x)   the flat index (into H*W) of each window's maximum, PyTorch's
+                          `return_indices`; max_pool2d is a gather at these indices, so its
+                          gradient is gather's (a scatter), ties going to the first maximum
+
+The three convolutions are each other's gradients, so every derivative of any order stays
+inside this set. Their attrs are normalised by ember.nn.functional: `stride` and `dilation`
+pairs, `padding` as ((top, bottom), (left, right)) where a negative amount crops (gradients
+of convolutions whose last window stops short of the input's end need it), `groups` an int.
+
+NumPy implementations: the input's windows are one as_strided view [N, C, KH, KW, OH, OW];
+conv2d and conv2d_weight copy it once, in its own order (so the copy streams), into
+[N, groups, C/groups*KH*KW, OH*OW] columns and run one batched matmul; conv_transpose2d
+computes its columns with one matmul and adds them back with one strided add per kernel
+offset. Nothing loops over pixels or output positions.
 """
+
+import numpy as np
+
+from .. import shape as S
+from ..dtype import DEFAULT_INT
+from ..errors import DTypeError, ShapeError
+from . import INDEX, LINALG, op
+
+_FLOATS = ("float32", "float64")
+_NUMBERS = ("int32", "int64", "float32", "float64")
+
+
+def _run(name, *inputs, **attrs):
+    """Run a primitive of this file on Tensors (grad rules are written with ember ops)."""
+    from ..tensor import _apply  # tensor.py imports the op table: import when first used
+    from . import OPS
+    return _apply(OPS[name], *inputs, **attrs)
+
+
+# ---- geometry -----------------------------------------------------------------------------
+def _check_geometry(name, stride, dilation, groups=1):
+    for what, pair in (("stride", stride), ("dilation", dilation)):
+        if len(pair) != 2 or any(type(v) is not int or v < 1 for v in pair):
+            raise ShapeError(f"{name}: {what} must be two positive ints, got {pair!r}")
+    if type(groups) is not int or groups < 1:
+        raise ShapeError(f"{name}: groups must be a positive int, got {groups!r}")
+
+
+def _hw(pair):
+    return f"{pair[0]}x{pair[1]}"
+
+
+def _window_out(name, size, kernel, stride, padding, dilation, xs, ws=None):
+    """Output height and width of a sliding window, or a ShapeError when it does not fit."""
+    padded = tuple(n + a + b for n, (a, b) in zip(size, padding))
+    extent = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
+    if any(k < 1 for k in kernel) or any(p < e for p, e in zip(padded, extent)):
+        what = f"weight {S.fmt(ws)}" if ws is not None else "the window"
+        raise ShapeError(
+            f"{name}: kernel {_hw(kernel)} (dilation {_hw(dilation)}: extent {_hw(extent)}) of "
+            f"{what} is larger than the padded input {_hw(padded)} (input {S.fmt(xs)}, padding "
+            f"{padding}); pad more, or use a smaller kernel")
+    return tuple((p - e) // s + 1 for p, e, s in zip(padded, extent, stride))
+
+
+def _float_pair(name):
+    def rule(a, b, **attrs):
+        if a != b:
+            raise DTypeError(f"{name}: the two inputs must have one dtype, got {a} and {b}; "
+                             "cast one with .cast()")
+        return a
+    return rule
+
+
+# ---- NumPy helpers --------------------------------------------------------------------------
+def _pad(x, padding, rows, cols, value=0):
+    """x [N, C, H, W] padded by ((top, bottom), (left, right)), negative amounts cropping,
+    and cut or extended to exactly rows x cols (what the windows read)."""
+    (top, _), (left, _) = padding
+    _, _, h, w = x.shape
+    if top == 0 and left == 0 and rows <= h and cols <= w:
+        return x  # the windows read x itself (the bottom and right ends are never read)
+    out = np.full(x.shape[:2] + (rows, cols), value, dtype=x.dtype)
+    r0, c0 = max(top, 0), max(left, 0)  # where x's first kept row/col lands
+    sr, sc = max(-top, 0), max(-left, 0)  # x's first kept row/col
+    nr, nc = min(h - sr, rows - r0), min(w - sc, cols - c0)
+    if nr > 0 and nc > 0:
+        out[:, :, r0:r0 + nr, c0:c0 + nc] = x[:, :, sr:sr + nr, sc:sc + nc]
+    return out
+
+
+def _windows(x, kernel, stride, padding, dilation, out_hw, value=0):
+    """A read-only view [N, C, KH, KW, OH, OW] of the padded input's windows."""
+    (kh, kw), (sh, sw), (dh, dw), (oh, ow) = kernel, stride, dilation, out_hw
+    xp = _pad(x, padding, (oh - 1) * sh + dh * (kh - 1) + 1, (ow - 1) * sw + dw * (kw - 1) + 1,
+              value)
+    n, c = xp.shape[:2]
+    s = xp.strides
+    return np.lib.stride_tricks.as_strided(
+        xp, (n, c, kh, kw, oh, ow), (s[0], s[1], dh * s[2], dw * s[3], sh * s[2], sw * s[3]),
+        writeable=False)
+
+
+def _columns(x, kernel, stride, padding, dilation, out_hw, groups):
+    """The windows copied into [N, groups, C/groups*KH*KW, OH*OW] (im2col: one copy, in the
+    view's own order, so it streams through memory)."""
+    win = _windows(x, kernel, stride, padding, dilation, out_hw)
+    cols = np.empty(win.shape, dtype=x.dtype)
+    np.copyto(cols, win)
+    n, c = x.shape[:2]
+    return cols.reshape(n, groups, c // groups * kernel[0] * kernel[1], out_hw[0] * out_hw[1])
+
+
+# ---- conv2d ---------------------------------------------------------------------------------
+def _conv2d_rule(xs, ws, stride, padding, dilation, groups):
+    name = "conv2d"
+    if len(xs) != 4 or len(ws) != 4:
+        raise ShapeError(f"{name}: input must be 4-D [N, C, H, W] and weight 4-D "
+                         f"[O, C/groups, KH, KW], got input {S.fmt(xs)} and weight {S.fmt(ws)}")
+    _check_geometry(name, stride, dilation, groups)
+    n, c, h, w = xs
+    o, cg, kh, kw = ws
+    if c != cg * groups:
+        raise ShapeError(f"{name}: input {S.fmt(xs)} has {c} channels but weight {S.fmt(ws)} "
+                         f"takes {cg} per group x groups={groups} = {cg * groups}")
+    if o % groups:
+        raise ShapeError(f"{name}: weight {S.fmt(ws)} has {o} output channels, which "
+                         f"groups={groups} does not divide")
+    oh, ow = _window_out(name, (h, w), (kh, kw), stride, padding, dilation, xs, ws)
+    return (n, o, oh, ow)
+
+
+def _conv2d_np(x, w, stride, padding, dilation, groups):
+    n = x.shape[0]
+    o, _, kh, kw = w.shape
+    oh, ow = _conv2d_rule(x.shape, w.shape, stride, padding, dilation, groups)[2:]
+    cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
+    # one matmul: [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW], BLAS once per (n, g)
+    return np.matmul(w.reshape(groups, o // groups, -1), cols).reshape(n, o, oh, ow)
+
+
+def _input_padding(in_hw, kernel, stride, padding, dilation):
+    """The padding that makes conv_transpose2d (the adjoint) give back exactly in_hw: the
+    rows and cols that no window reached are cropped from the bottom and the right."""
+    out = []
+    for n, k, s, (a, b), d in zip(in_hw, kernel, stride, padding, dilation):
+        spare = (n + a + b - d * (k - 1) - 1) % s
+        out.append((a, b - spare))
+    return tuple(out)
+
+
+def _conv2d_grad(g, y, x, w, stride, padding, dilation, groups):
+    kernel = w.shape[2:]
+    back = _input_padding(x.shape[2:], kernel, stride, padding, dilation)
+    return (
+        lambda: _run("conv_transpose2d", g, w, stride=stride, padding=back, dilation=dilation,
+                     groups=groups),
+        lambda: _run("conv2d_weight", x, g, kernel=kernel, stride=stride, padding=padding,
+                     dilation=dilation, groups=groups))
+
+
+op("conv2d", LINALG, _conv2d_np, "conv2d", _conv2d_grad, saves=(0, 1),
+   shape=_conv2d_rule, dtype=_float_pair("conv2d"), dtypes=_FLOATS)
+
+
+# ---- conv_transpose2d: the adjoint of conv2d in its input -----------------------------------
+def _conv_transpose2d_rule(xs, ws, stride, padding, dilation, groups):
+    name = "conv_transpose2d"
+    if len(xs) != 4 or len(ws) != 4:
+        raise ShapeError(f"{name}: input must be 4-D [N, C, H, W] and weight 4-D "
+                         f"[C, O/groups, KH, KW], got input {S.fmt(xs)} and weight {S.fmt(ws)}")
+    _check_geometry(name, stride, dilation, groups)
+    n, c, h, w = xs
+    cw, og, kh, kw = ws
+    if c != cw:
+        raise ShapeError(f"{name}: input {S.fmt(xs)} has {c} channels but weight {S.fmt(ws)} "
+                         f"takes {cw} (its first dim)")
+    if c % groups:
+        raise ShapeError(f"{name}: input {S.fmt(xs)} has {c} channels, which groups={groups} "
+                         "does not divide")
+    if kh < 1 or kw < 1:
+        raise ShapeError(f"{name}: weight {S.fmt(ws)} has an empty kernel")
+    size = tuple((i - 1) * s + d * (k - 1) + 1 - a - b
+                 for i, k, s, d, (a, b) in zip((h, w), (kh, kw), stride, dilation, padding))
+    if any(i < 1 for i in (h, w)) or any(s < 1 for s in size):
+        raise ShapeError(f"{name}: input {S.fmt(xs)} with weight {S.fmt(ws)}, stride {stride}, "
+                         f"dilation {dilation} and padding {padding} gives an output of "
+                         f"{_hw(size)}; it must be at least 1x1")
+    return (n, og * groups) + size
+
+
+def _conv_transpose2d_np(x, w, stride, padding, dilation, groups):
+    n, c, h, wd = x.shape
+    _, og, kh, kw = w.shape
+    (sh, sw), (dh, dw), ((top, _), (left, _)) = stride, dilation, padding
+    o = og * groups
+    oh, ow = _conv_transpose2d_rule(x.shape, w.shape, stride, padding, dilation, groups)[2:]
+    # columns [N, G, KH, KW, O/G, H*W] = w^T x (offset-major: each offset's plane is one
+    # block per image, which the adds below read fastest), then each offset adds its plane
+    cg = c // groups
+    wm = w.reshape(groups, cg, og, kh, kw).transpose(0, 3, 4, 2, 1).reshape(groups, -1, cg)
+    cols = np.matmul(wm, x.reshape(n, groups, cg, h * wd)).reshape(
+        n, groups, kh, kw, og, h, wd)
+    full_h = max((h - 1) * sh + dh * (kh - 1) + 1, top + oh)
+    full_w = max((wd - 1) * sw + dw * (kw - 1) + 1, left + ow)
+    full = np.zeros((n, o, full_h + max(-top, 0), full_w + max(-left, 0)), dtype=x.dtype)
+    planes = full.reshape(n, groups, og, *full.shape[2:])
+    r0, c0 = max(-top, 0), max(-left, 0)  # a negative top/left pads the output instead
+    for i in range(kh):
+        for j in range(kw):
+            r, q = r0 + i * dh, c0 + j * dw
+            planes[..., r:r + (h - 1) * sh + 1:sh, q:q + (wd - 1) * sw + 1:sw] += \
+                cols[:, :, i, j]
+    top, left = max(top, 0), max(left, 0)
+    out = full[:, :, top:top + oh, left:left + ow]
+    return out if out.shape == full.shape else np.ascontiguousarray(out)
+
+
+def _conv_transpose2d_grad(g, y, x, w, stride, padding, dilation, groups):
+    kernel = w.shape[2:]
+    return (
+        lambda: _run("conv2d", g, w, stride=stride, padding=padding, dilation=dilation,
+                     groups=groups),
+        lambda: _run("conv2d_weight", g, x, kernel=kernel, stride=stride, padding=padding,
+                     dilation=dilation, groups=groups))
+
+
+op("conv_transpose2d", LINALG, _conv_transpose2d_np, "conv_transpose2d",
+   _conv_transpose2d_grad, saves=(0, 1), shape=_conv_transpose2d_rule,
+   dtype=_float_pair("conv_transpose2d"), dtypes=_FLOATS)
+
+
+# ---- conv2d_weight: the gradient of conv2d in its weight -------------------------------------
+def _conv2d_weight_rule(xs, gs, kernel, stride, padding, dilation, groups):
+    name = "conv2d_weight"
+    if len(xs) != 4 or len(gs) != 4:
+        raise ShapeError(f"{name}: input and output gradient must be 4-D, got {S.fmt(xs)} and "
+                         f"{S.fmt(gs)}")
+    _check_geometry(name, stride, dilation, groups)
+    n, c, h, w = xs
+    if gs[0] != n or c % groups or gs[1] % groups:
+        raise ShapeError(f"{name}: input {S.fmt(xs)} and output gradient {S.fmt(gs)} need one "
+                         f"batch size, and channel counts that groups={groups} divides")
+    out = _window_out(name, (h, w), kernel, stride, padding, dilation, xs)
+    if out != gs[2:]:
+        raise ShapeError(f"{name}: a {_hw(kernel)} kernel over input {S.fmt(xs)} gives "
+                         f"{_hw(out)} outputs, the output gradient {S.fmt(gs)} has {_hw(gs[2:])}")
+    return (gs[1], c // groups) + tuple(kernel)
+
+
+def _conv2d_weight_np(x, g, kernel, stride, padding, dilation, groups):
+    n, c = x.shape[:2]
+    o, oh, ow = g.shape[1:]
+    cols = _columns(x, kernel, stride, padding, dilation, (oh, ow), groups)
+    gm = g.reshape(n, groups, o // groups, oh * ow)
+    # [N, G, O/G, OH*OW] @ [N, G, OH*OW, C/G*KH*KW], then the (small) sum over the batch
+    dw = np.matmul(gm, cols.transpose(0, 1, 3, 2)).sum(axis=0, dtype=x.dtype)
+    return dw.reshape(o, c // groups, *kernel)
+
+
+def _conv2d_weight_grad(gw, y, x, g, kernel, stride, padding, dilation, groups):
+    back = _input_padding(x.shape[2:], kernel, stride, padding, dilation)
+    return (
+        lambda: _run("conv_transpose2d", g, gw, stride=stride, padding=back, dilation=dilation,
+                     groups=groups),
+        lambda: _run("conv2d", x, gw, stride=stride, padding=padding, dilation=dilation,
+                     groups=groups))
+
+
+op("conv2d_weight", LINALG, _conv2d_weight_np, "conv2d_weight", _conv2d_weight_grad,
+   saves=(0, 1), shape=_conv2d_weight_rule, dtype=_float_pair("conv2d_weight"),
+   dtypes=_FLOATS)
+
+
+# ---- max_pool2d_indices: where each window's maximum is ---------------------------------------
+def _pool_out(name, xs, kernel, stride, padding, dilation, ceil_mode):
+    """PyTorch's pooling output size (ceil_mode drops a last window that starts in the
+    padding), with its checks."""
+    if len(xs) != 4:
+        raise ShapeError(f"{name}: input must be 4-D [N, C, H, W], got {S.fmt(xs)}")
+    if len(kernel) != 2 or any(type(k) is not int or k < 1 for k in kernel):
+        raise ShapeError(f"{name}: kernel_size must be two positive ints, got {kernel!r}")
+    _check_geometry(name, stride, dilation)
+    out = []
+    for n, k, s, p, d in zip(xs[2:], kernel, stride, padding, dilation):
+        extent = d * (k - 1) + 1
+        if type(p) is not int or p < 0 or p > extent // 2:
+            raise ShapeError(f"{name}: padding {padding} must be at most half the kernel "
+                             f"extent: kernel {_hw(kernel)}, dilation {_hw(dilation)}")
+        size = (n + 2 * p - extent + (s - 1 if ceil_mode else 0)) // s + 1
+        if ceil_mode and (size - 1) * s >= n + p:
+            size -= 1
+        out.append(size)
+    if any(v < 1 for v in out):
+        raise ShapeError(f"{name}: input {S.fmt(xs)} with kernel {_hw(kernel)}, stride "
+                         f"{_hw(stride)}, padding {padding} and dilation {_hw(dilation)} gives an "
+                         f"output of {_hw(out)}; it must be at least 1x1")
+    return tuple(out)
+
+
+def _max_pool2d_indices_rule(xs, kernel, stride, padding, dilation, ceil_mode):
+    return xs[:2] + _pool_out("max_pool2d", xs, kernel, stride, padding, dilation, ceil_mode)
+
+
+def _max_pool2d_indices_np(x, kernel, stride, padding, dilation, ceil_mode):
+    n, c, h, w = x.shape
+    oh, ow = _max_pool2d_indices_rule(x.shape, kernel, stride, padding, dilation, ceil_mode)[2:]
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
+    pads = ((ph, (oh - 1) * sh + dh * (kh - 1) + 1 - h - ph),
+            (pw, (ow - 1) * sw + dw * (kw - 1) + 1 - w - pw))
+    floats = x.dtype.kind == "f"
+    low = -np.inf if floats else np.iinfo(x.dtype).min  # padding never exceeds a real value
+    win = _windows(x, kernel, stride, pads, dilation, (oh, ow), low)
+    # which (output position, kernel offset) read a real element: rows x cols, tiny
+    row_ok = np.arange(oh)[:, None] * sh - ph + np.arange(kh)[None, :] * dh  # [OH, KH]
+    col_ok = np.arange(ow)[:, None] * sw - pw + np.arange(kw)[None, :] * dw  # [OW, KW]
+    row_ok, col_ok = (row_ok >= 0) & (row_ok < h), (col_ok >= 0) & (col_ok < w)
+    offsets = [(i, j) for i in range(kh) for j in range(kw)]
+    best = win[:, :, 0, 0].copy()
+    for i, j in offsets[1:]:
+        np.maximum(best, win[:, :, i, j], out=best)  # NaN propagates, as in PyTorch
+    # PyTorch keeps the first maximum of a window (it replaces only on a larger value):
+    # walk the offsets backwards and let each equal one take over. Masked writes branch
+    # on every element; the select is written as arithmetic instead.
+    where = np.zeros((n, c, oh, ow), dtype=np.int32)  # the maximum's offset i*dh*W + j*dw
+    step = np.empty_like(where)
+    for i, j in reversed(offsets):
+        ok = row_ok[:, i, None] & col_ok[None, :, j]  # [OH, OW]
+        hit = win[:, :, i, j] == best
+        if not ok.all():
+            hit &= ok
+        np.subtract(i * dh * w + j * dw, where, out=step)
+        step *= hit
+        where += step
+    if floats:
+        nan = np.isnan(best)
+        if nan.any():  # PyTorch takes a NaN over anything, and the last NaN of a window
+            for i, j in offsets:
+                ok = row_ok[:, i, None] & col_ok[None, :, j]
+                np.copyto(where, i * dh * w + j * dw, where=np.isnan(win[:, :, i, j]) & ok)
+    first = (np.arange(oh)[:, None] * sh - ph) * w + np.arange(ow)[None, :] * sw - pw
+    where += first.astype(np.int32)
+    return where if DEFAULT_INT == "int32" else where.astype(DEFAULT_INT)
+
+
+def _int_out(*dtypes, **attrs):
+    return DEFAULT_INT
+
+
+op("max_pool2d_indices", INDEX, _max_pool2d_indices_np, "max_pool2d_indices",
+   shape=_max_pool2d_indices_rule, dtype=_int_out, dtypes=_NUMBERS)
