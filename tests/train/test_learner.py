@@ -1,0 +1,216 @@
+"""Learner: training improves the model, validation, metrics per split, checkpoints (keep
+last N, best), resume gives bit-identical weights, early stopping, Ctrl-C and its second press,
+outputs (model.safetensors, history.json, curves.png)."""
+
+import json
+import os
+import signal
+import zlib
+
+import numpy as np
+import pytest
+
+from ember import record, train
+from ember.autodiff import Autodiff
+
+from .helpers import StopAt, loaders, model, optimizer, weights
+
+
+def fit(tmp_path, epochs=4, dashboard=None, **kw):
+    m = model()
+    tl, vl = loaders()
+    learner = train.Learner(m, optimizer(), metrics=[train.Accuracy(), train.Loss(),
+                                                     train.LearningRate()],
+                            dashboard=dashboard, checkpoint_dir=tmp_path, **kw)
+    return learner, learner.fit(tl, vl, epochs=epochs)
+
+
+def test_fit_learns_and_records(tmp_path):
+    learner, m = fit(tmp_path, epochs=5)
+    assert isinstance(m.backend(), Autodiff)  # moved onto Autodiff for training
+    acc = learner.history.epoch_values("Accuracy", "valid")
+    assert sorted(acc) == [0, 1, 2, 3, 4] and acc[4] > 0.9
+    loss = learner.history.epoch_values("Loss", "train")
+    assert loss[4] < loss[0]
+    assert learner.step == 25 and learner.epoch == 5 and not learner.interrupted
+    assert "LearningRate" not in {m.name for m in learner.metrics["valid"]}
+    assert learner.validate(loaders()[1])["Accuracy"] == pytest.approx(acc[4])
+    # outputs
+    files = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert files == ["ckpt-e0004-s00000020.safetensors", "ckpt-e0005-s00000025.safetensors"]
+    saved = model()
+    record.load(saved, tmp_path / "model.safetensors")
+    for name, value in weights(m).items():
+        np.testing.assert_array_equal(weights(saved)[name], value)
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert history["epochs_done"] == 5
+    assert history["metrics"]["Accuracy"]["valid"]["4"] == pytest.approx(acc[4])
+    png = (tmp_path / "curves.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and b"IDAT" in png
+
+
+def test_best_weights_are_kept(tmp_path):
+    learner, _ = fit(tmp_path, epochs=3, best_metric=("valid", "Accuracy"))
+    best_value, best_epoch = learner.best
+    acc = learner.history.epoch_values("Accuracy", "valid")
+    assert best_value == max(acc.values()) and acc[best_epoch] == best_value
+    _, meta = record.read_safetensors(tmp_path / "best.safetensors")
+    assert meta["epoch"] == str(best_epoch) and meta["metric"] == "valid/Accuracy"
+
+
+def test_resume_continues_bit_for_bit(tmp_path):
+    _, full = fit(tmp_path / "full", epochs=4)
+    stopper = StopAt(7)  # mid-epoch 2 (5 steps per epoch)
+    learner, _ = fit(tmp_path / "cut", epochs=4, dashboard=stopper)
+    assert learner.interrupted and learner.step == 7 and (learner.epoch, learner.batch) == (1, 2)
+    assert any("to resume" in m for m in stopper.messages)
+
+    m = model(seed=123)  # other initial weights, another RNG state: the checkpoint decides
+    again = train.Learner(m, optimizer(), metrics=[train.Accuracy(), train.Loss(),
+                                                   train.LearningRate()],
+                          dashboard=None, checkpoint_dir=tmp_path / "cut")
+    again.resume()
+    assert (again.epoch, again.batch, again.step) == (1, 2, 7)
+    tl, vl = loaders()
+    resumed = again.fit(tl, vl, epochs=4)
+    assert again.step == 20
+    for name, value in weights(full).items():
+        np.testing.assert_array_equal(weights(resumed)[name], value, err_msg=name)
+    assert again.optimizer.scheduler.last_epoch == 20  # the scheduler went on too
+    # the curves went on where they stopped
+    xs, _ = again.history.series("Loss", "train")
+    assert len(xs) == 20 and np.all(np.diff(xs) > 0)
+
+
+def test_resume_of_a_stop_during_validation(tmp_path):
+    class StopInValidation(train.Dashboard):
+        def step(self, learner, split):
+            if split == "valid":
+                self.stop_requested = True
+    learner, _ = fit(tmp_path, epochs=2, dashboard=StopInValidation())
+    assert learner.interrupted and (learner.epoch, learner.batch) == (0, 5)
+    again = train.Learner(model(), optimizer(), metrics=[train.Accuracy()], dashboard=None,
+                          checkpoint_dir=tmp_path)
+    again.resume()
+    tl, vl = loaders()
+    again.fit(tl, vl, epochs=2)
+    assert again.step == 10 and sorted(again.history.epoch_values("Loss", "valid")) == [0, 1]
+
+
+def test_early_stopping(tmp_path):
+    m = model()
+    tl, vl = loaders()
+    stopper = train.EarlyStopping("Loss", "valid", patience=2)
+    learner = train.Learner(m, optimizer(), dashboard=None, early_stopping=stopper)
+    learner.optimizer.lr = 0.0  # nothing improves after the first epoch
+    learner.fit(tl, vl, epochs=10)
+    assert learner.stopped_early and learner.epoch == 3
+
+
+def test_keep_last_and_checkpoint_every(tmp_path):
+    fit(tmp_path, epochs=2, keep_last=3, checkpoint_every=2)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    # every 2 steps (2, 4, 6, 8; 10 ends an epoch) and at epoch ends (5, 10): 3 newest stay
+    assert names == ["ckpt-e0001-s00000006.safetensors", "ckpt-e0001-s00000008.safetensors",
+                     "ckpt-e0002-s00000010.safetensors"]
+
+
+def test_checkpoint_holds_everything(tmp_path):
+    learner, _ = fit(tmp_path, epochs=1)
+    state = train.checkpoint.load(tmp_path / "checkpoints")
+    assert {"model", "optim", "epoch", "batch", "step", "rng", "metrics", "history",
+            "seconds"} <= set(state)
+    assert state["optim"]["lr"]["last_epoch"] == 5  # the scheduler's count
+    assert state["rng"]["bit_generator"] == "PCG64"
+    with pytest.raises(train.CheckpointError, match="does not exist"):
+        train.checkpoint.load(tmp_path / "nothing-here")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(train.CheckpointError, match="no checkpoint"):
+        train.checkpoint.load(tmp_path / "empty")
+    record.save_state({"x": 1}, tmp_path / "other.safetensors")
+    with pytest.raises(train.CheckpointError, match="not an ember.train checkpoint"):
+        train.checkpoint.load(tmp_path / "other.safetensors")
+
+
+class KillAt(train.Dashboard):
+    """Sends this process SIGINT (a real Ctrl-C) at the given steps."""
+
+    def __init__(self, *steps):
+        self.steps, self.messages = set(steps), []
+
+    def step(self, learner, split):
+        if split == "train" and learner.step in self.steps:
+            self.steps.discard(learner.step)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def message(self, text):
+        self.messages.append(text)
+
+
+def test_ctrl_c_finishes_the_step_and_checkpoints(tmp_path):
+    dash = KillAt(3)
+    learner, _ = fit(tmp_path, epochs=3, dashboard=dash)
+    assert learner.interrupted and learner.step == 3
+    assert learner.last_checkpoint.name == "ckpt-e0000-s00000003.safetensors"
+    assert any("Ctrl-C" in m for m in dash.messages)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_second_ctrl_c_stops_at_once_without_half_files(tmp_path, monkeypatch):
+    from ember.record import _safetensors
+    real_write, real_chunk = _safetensors.atomic_write, _safetensors.write_chunk
+    calls = []
+
+    def atomic_write(path, chunks):
+        calls.append(os.path.basename(path))
+        return real_write(path, chunks)
+
+    def write_chunk(f, chunk):  # the second Ctrl-C lands while the checkpoint is written
+        real_chunk(f, chunk)
+        if calls[-1] == "ckpt-e0001-s00000007.safetensors":
+            os.kill(os.getpid(), signal.SIGINT)
+    monkeypatch.setattr(_safetensors, "atomic_write", atomic_write)
+    monkeypatch.setattr(_safetensors, "write_chunk", write_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        fit(tmp_path, epochs=3, dashboard=KillAt(7))
+    assert calls[-1] == "ckpt-e0001-s00000007.safetensors"  # the write had begun
+    folder = tmp_path / "checkpoints"
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["ckpt-e0001-s00000005.safetensors"]  # the last complete one, no .tmp
+    state = train.checkpoint.load(folder)
+    assert state["step"] == 5
+
+
+def test_plain_dashboard_lines(tmp_path):
+    import io
+    buf = io.StringIO()
+    m = model()
+    tl, vl = loaders()
+    learner = train.Learner(m, optimizer(), metrics=[train.Accuracy()],
+                            dashboard=train.PlainDashboard(file=buf, lines_per_epoch=5))
+    learner.fit(tl, vl, epochs=2)
+    text = buf.getvalue()
+    assert "5 train batches, 2 valid batches per epoch, 2 epochs" in text
+    assert "epoch 1/2 train [1/5]" in text and "epoch 2/2 train [5/5]" in text
+    assert "epoch 2 done" in text and "valid: Loss" in text and "Accuracy" in text
+
+
+def test_png_writer_draws(tmp_path):
+    learner, _ = fit(tmp_path, epochs=2)
+    png = (tmp_path / "curves.png").read_bytes()
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    idat = png[png.index(b"IDAT") + 4:png.index(b"IEND") - 8]
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(height, -1)
+    pixels = raw[:, 1:].reshape(height, width, 3)
+    assert (width, height) == (1120, 640)  # 3 metrics: 2 columns, 2 rows
+    colours = {tuple(c) for c in pixels.reshape(-1, 3)[::7]}
+    assert (31, 119, 180) in colours and (255, 127, 14) in colours  # train and valid curves
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="metrics"):
+        train.Learner(model(), optimizer(), metrics=["accuracy"])
+    with pytest.raises(ValueError, match="dashboard"):
+        train.Learner(model(), optimizer(), dashboard="fancy")
+    with pytest.raises(ValueError, match="patience"):
+        train.EarlyStopping(patience=0)
