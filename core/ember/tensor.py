@@ -901,7 +901,12 @@ def _tensor_index(key):
 
 def _index_tensor(op, indices, like):
     if not isinstance(indices, Tensor):
-        indices = Tensor.from_data(np.asarray(indices), like.backend)
+        array = np.asarray(indices)
+        # lists are int64 on 64-bit CPython and int32 in Pyodide: use ember's default int
+        # wherever the values fit, so results (and what Wgpu accepts) do not depend on that
+        fits = array.dtype.kind in "iu" and (not array.size or (
+            array.min() >= -2**31 and array.max() < 2**31))
+        indices = Tensor.from_data(array, like.backend, D.DEFAULT_INT if fits else None)
     if indices.dtype not in ("int32", "int64"):
         raise DTypeError(f"{op}: indices must be int32 or int64, got {indices.dtype}")
     return indices

@@ -1,10 +1,18 @@
 """The backends the op suite runs on: every op case and property runs once per entry.
 
 A new backend joins the suite by adding one line here; nothing else in tests/ops names one.
+A backend that holds only some dtypes says which in a `dtypes` attribute (Wgpu: no 64-bit
+types); wherever a test needs another dtype, it must raise a DTypeError naming it instead
+(`supported` below).
 """
+
+import contextlib
+import importlib.util
+import sys
 
 import pytest
 
+from ember import DTypeError
 from ember.backend import Autodiff, NdArray
 
 BACKENDS = [
@@ -13,11 +21,53 @@ BACKENDS = [
     ("ndarray-copy", lambda: NdArray(inplace=False)),
     # the decorator must not change any result (gradients are checked in tests/autodiff)
     ("autodiff-ndarray", lambda: Autodiff(NdArray())),
-    # later backends get added here, e.g. ("wgpu", Wgpu),
 ]
+
+
+def _wgpu():
+    from ember import BackendError
+    from ember.backend import Wgpu
+    try:
+        return Wgpu()
+    except BackendError as e:  # wgpu-py without a Vulkan/Metal/DX12 driver: say so once a test
+        pytest.skip(f"Wgpu: {e}")
+
+
+def _wgpu_here():
+    """WebGPU through wgpu-py (lavapipe on machines without a GPU), or inside Pyodide in a
+    browser once the page has requested its device (bridge_browser.request_device())."""
+    if sys.platform == "emscripten":
+        from ember.backends.wgpu import bridge_browser
+        return bool(bridge_browser._STATE)
+    return importlib.util.find_spec("wgpu") is not None
+
+
+if _wgpu_here():  # float32, int32 and bool
+    BACKENDS.append(("wgpu", _wgpu))
 
 
 @pytest.fixture(params=[make for _, make in BACKENDS], ids=[name for name, _ in BACKENDS])
 def backend(request):
     """A fresh instance of each backend in BACKENDS."""
     return request.param()
+
+
+def unsupported(backend, *dtypes):
+    """The dtypes (strings) among `dtypes` that `backend` cannot hold; other values (Python
+    scalars, None) are ignored."""
+    held = getattr(backend, "dtypes", None)
+    if held is None:
+        return []
+    return sorted({d for d in dtypes if isinstance(d, str) and d not in held})
+
+
+@contextlib.contextmanager
+def supported(backend, *dtypes):
+    """Run the body as is where the backend holds every dtype in `dtypes`; elsewhere the body
+    must raise a DTypeError that names one of the missing dtypes (never narrow silently)."""
+    missing = unsupported(backend, *dtypes)
+    if not missing:
+        yield
+        return
+    with pytest.raises(DTypeError, match="|".join(missing)):
+        yield

@@ -126,5 +126,18 @@ def default_backend():
 from ..autodiff import Autodiff  # noqa: E402
 from ..backends.ndarray import NdArray  # noqa: E402
 
+
+def __getattr__(name):  # Wgpu loads on first use: importing ember never needs wgpu-py
+    if name == "Wgpu":
+        try:
+            from ..backends.wgpu import Wgpu
+        except AttributeError as e:  # not "cannot import name": say what went wrong
+            raise ImportError(f"ember.backends.wgpu: {e}") from e
+        return Wgpu
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+register("wgpu", lambda *args, **kw: __getattr__("Wgpu")(*args, **kw))
+
 __all__ = ["Autodiff", "Backend", "NdArray", "default_backend", "register",
            "set_default_backend"]

@@ -40,9 +40,10 @@ def _horner(coeffs, s):
     return acc
 
 
-_F32_P = (1.128379163749032, 3.0301937206253022, 13.464926782513356, 15.232847411377294,
+# public: the Wgpu backend's erf kernel is generated from these
+ERF_F32_P = (1.128379163749032, 3.0301937206253022, 13.464926782513356, 15.232847411377294,
           18.563795714604783, 2.1485042061348785)
-_F32_Q = (1.0, 8.018767005029359, 29.100295665095736, 60.924948600828486,
+ERF_F32_Q = (1.0, 8.018767005029359, 29.100295665095736, 60.924948600828486,
           75.38561983554041, 39.84494199184339)
 
 
@@ -51,7 +52,7 @@ def _erf32(x, out):
     xc = np.clip(x.reshape(-1), np.float32(-4), np.float32(4))  # 1-d: no 0-d scalars
     t = np.multiply(xc, xc)
     t *= np.float32(1 / 16)
-    num, den = _horner(_F32_P, t), _horner(_F32_Q, t)
+    num, den = _horner(ERF_F32_P, t), _horner(ERF_F32_Q, t)
     num *= xc
     num /= den
     np.clip(num, -one, one, out=num)  # the fit overshoots 1 by an ulp near x = 4

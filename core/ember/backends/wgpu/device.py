@@ -1,0 +1,145 @@
+"""The device: one per process and bridge, shared by every Wgpu() instance (equal backends
+share tensors, so they must share buffers).
+
+It records dispatches into a batch (their `info` words in one host buffer, the commands in a
+list) and submits the batch in one call when a read needs the results, when the batch is full
+(`max_batch` dispatches), or on sync(); nothing waits on the GPU except a read. It caches
+compiled pipelines by kernel key, and counts what it does (`stats()`).
+"""
+
+import struct
+import threading
+
+from .bridge import META_BLOCK, META_WORDS
+from .pool import Pool
+
+_PACKERS = {}
+
+
+def _packer(n):
+    p = _PACKERS.get(n)
+    if p is None:
+        p = _PACKERS[n] = struct.Struct(f"<{n}i").pack_into
+    return p
+
+
+class Device:
+    max_batch = 256      # dispatches per submission
+    max_in_flight = 16   # submissions before one wait: Python must not run far ahead of the GPU
+
+    def __init__(self, bridge):
+        self.bridge = bridge
+        self.name = bridge.name
+        self.lock = threading.RLock()
+        self.block = max(META_BLOCK, bridge.limits.get("offset_alignment", 256))
+        self._meta = bytearray(self.block * self.max_batch)
+        self._commands = []
+        self._used = set()          # buffers bound since the last submission
+        self._doomed = []           # buffers to destroy once the open batch is submitted
+        self._in_flight = 0
+        self.kernels = {}           # kernel key -> Kernel
+        self.pools = {}
+        self.counters = dict(dispatches=0, submits=0, reads=0, writes=0, pipelines=0,
+                             host_fallbacks=0, index_checks_read_back=0)
+
+    def pool(self, strategy):
+        with self.lock:
+            if strategy not in self.pools:
+                self.pools[strategy] = Pool(self, strategy)
+            return self.pools[strategy]
+
+    # ---- recording -----------------------------------------------------------------------
+    def dispatch(self, kernel, buffers, words, groups, cache=True):
+        """Record one dispatch of `kernel` over `buffers` (GPU buffers in the kernel's
+        signature order) with `words` (ints) as its `info`, on (x, y, z) workgroups."""
+        if len(words) > META_WORDS:
+            raise ValueError(f"{kernel.name}: {len(words)} info words, at most {META_WORDS} "
+                             "(too many dims?)")
+        with self.lock:
+            n = len(self._commands)
+            offset = n * self.block
+            _packer(len(words))(self._meta, offset, *words)
+            self._commands.append((kernel.pipeline, buffers, offset, groups, cache))
+            self._used.update(buffers)
+            self.counters["dispatches"] += 1
+            if n + 1 >= self.max_batch:
+                self.flush()
+
+    def flush(self):
+        """Submit the open batch (does not wait for it)."""
+        with self.lock:
+            if not self._commands:
+                return
+            commands, self._commands = self._commands, []
+            self._used = set()
+            self.bridge.submit(memoryview(self._meta)[: len(commands) * self.block], commands)
+            self.counters["submits"] += 1
+            doomed, self._doomed = self._doomed, []
+            for gpu in doomed:  # WebGPU destroys a buffer once submitted work using it is done
+                self.bridge.destroy_buffer(gpu)
+            self._in_flight += 1
+            if self._in_flight >= self.max_in_flight and self.bridge.can_block:
+                self.bridge.wait()
+                self._in_flight = 0
+
+    def sync(self):
+        with self.lock:
+            self.flush()
+            if self.bridge.can_block:
+                self.bridge.wait()
+            self._in_flight = 0
+
+    def release_buffer(self, gpu):
+        """Destroy a buffer nothing refers to any more (after the open batch, if it uses it)."""
+        with self.lock:
+            if gpu in self._used:
+                self._doomed.append(gpu)
+            else:
+                self.bridge.destroy_buffer(gpu)
+
+    # ---- data in and out ---------------------------------------------------------------------
+    def upload(self, gpu, data):
+        with self.lock:
+            if gpu in self._used:  # freed and handed out again within the open batch
+                self.flush()
+            self.bridge.write(gpu, 0, data)
+            self.counters["writes"] += 1
+
+    def read(self, gpu, offset, nbytes):
+        with self.lock:
+            self.flush()
+            self._in_flight = 0
+            self.counters["reads"] += 1
+            return self.bridge.read(gpu, offset, nbytes)
+
+    async def read_async(self, gpu, offset, nbytes):
+        with self.lock:
+            self.flush()
+            self._in_flight = 0
+            self.counters["reads"] += 1
+        return await self.bridge.read_async(gpu, offset, nbytes)
+
+    def stats(self):
+        return dict(self.counters, kernels=len(self.kernels),
+                    pending_dispatches=len(self._commands))
+
+
+_DEVICES = {}
+_LOCK = threading.Lock()
+
+
+def get_device(bridge_name="native"):
+    """The process's device for a bridge ("native" or "browser"), created on first use."""
+    with _LOCK:
+        device = _DEVICES.get(bridge_name)
+        if device is None:
+            if bridge_name == "native":
+                from .bridge_native import NativeBridge
+                bridge = NativeBridge()
+            elif bridge_name == "browser":
+                from .bridge_browser import BrowserBridge
+                bridge = BrowserBridge()
+            else:
+                raise ValueError(f"unknown bridge {bridge_name!r}")
+            device = _DEVICES[bridge_name] = Device(bridge)
+        return device

@@ -1,0 +1,268 @@
+"""WGSL sources: hand-written kernels from shaders/*.wgsl, elementwise kernels generated from
+the op table's expressions, and the per-device cache of compiled pipelines.
+
+Shaders are read from `ember/shaders` inside the wheel, or from the repository's top-level
+`shaders/` in an editable install. A line `//! include NAME.wgsl` pulls in another file once;
+`${FIELD}` marks a field the host fills (string.Template). Kernels are keyed by what changes
+their code (op, dtypes, where the scalars are), never by shapes: shapes, strides and scalars
+travel in `info`, so a model compiles a handful of kernels once.
+"""
+
+import itertools
+import re
+import string
+from pathlib import Path
+
+import numpy as np
+
+from ...ops import COMPARE, numerics
+from .layout import STORAGE, VALUE
+
+
+def _shader_dir():
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[2] / "shaders", here.parents[4] / "shaders"):
+        if (candidate / "views.wgsl").is_file():
+            return candidate
+    raise FileNotFoundError("ember's WGSL shaders were not found (neither ember/shaders in the "
+                            f"package nor shaders/ in the repository, from {here})")
+
+
+SHADERS = _shader_dir()
+_SOURCES = {}
+_INCLUDE = re.compile(r"^//! include (\S+)\s*$", re.M)
+
+
+def _f32(c):
+    return repr(float(np.float32(c)))
+
+
+def _horner(var, coeffs):
+    expr = _f32(coeffs[-1])
+    for c in coeffs[-2::-1]:
+        expr = f"({expr} * {var} + {_f32(c)})"
+    return expr
+
+
+def _erf_body():
+    """op_erf's body from the float32 coefficients of ember/ops/numerics.py (public there for
+    this reason), so that the reference and the kernel compute the same function."""
+    return ("let xc = clamp(x, -4.0, 4.0);\n    let t = xc * xc * 0.0625;\n"
+            f"    return clamp(xc * ({_horner('t', numerics.ERF_F32_P)}) / "
+            f"({_horner('t', numerics.ERF_F32_Q)}), -1.0, 1.0);")
+
+
+def source(name, extra_dirs=()):
+    """A shader file's text with its includes expanded (each file once)."""
+    key = (name, tuple(extra_dirs))
+    text = _SOURCES.get(key)
+    if text is None:
+        seen = set()
+
+        def expand(n):
+            if n in seen:
+                return ""
+            seen.add(n)
+            for d in (*extra_dirs, SHADERS):
+                path = Path(d) / n
+                if path.is_file():
+                    body = path.read_text()
+                    break
+            else:
+                raise FileNotFoundError(f"shader {n} not found in {[*extra_dirs, SHADERS]}")
+            if n == "lib.wgsl":
+                body = string.Template(body).substitute(ERF=_erf_body())
+            return _INCLUDE.sub(lambda m: expand(m.group(1)), body)
+
+        text = _SOURCES[key] = expand(name)
+    return text
+
+
+def render(name, **fields):
+    return string.Template(source(name)).substitute(fields)
+
+
+class Kernel:
+    """A compiled pipeline and what its dispatches bind."""
+
+    __slots__ = ("name", "pipeline", "signature", "source")
+
+    def __init__(self, name, pipeline, signature, source):
+        self.name, self.pipeline, self.signature, self.source = name, pipeline, signature, source
+
+    def __repr__(self):
+        return f"Kernel({self.name}, {self.signature})"
+
+
+def compile_kernel(device, key, name, build):
+    """The kernel cached under `key`, built by `build() -> (source, entry, signature)`."""
+    kernel = device.kernels.get(key)
+    if kernel is None:
+        with device.lock:
+            kernel = device.kernels.get(key)
+            if kernel is None:
+                src, entry, signature = build()
+                pipeline = device.bridge.pipeline(src, entry, signature)
+                kernel = device.kernels[key] = Kernel(name, pipeline, signature, src)
+                device.counters["pipelines"] += 1
+    return kernel
+
+
+# ---- generated elementwise kernels ----------------------------------------------------------
+_PROBES = {
+    "float32": (0.0, 1.0, -2.5, 0.5, np.inf, -np.inf, np.nan),
+    "int32": (0, 1, -3, 2),
+    "bool": (False, True),
+}
+
+
+def _same(results):
+    first = results[0]
+    for r in results[1:]:
+        if type(r) is not type(first):
+            return False
+        if isinstance(r, float) and np.isnan(r) and np.isnan(first):
+            continue
+        if r != first or (isinstance(r, float) and np.signbit(r) != np.signbit(first)):
+            return False
+    return True
+
+
+def nan_rules(op, dtypes, attrs):
+    """For each float32 operand: the result the NumPy reference gives whenever that operand is
+    NaN, if it is always the same (maximum -> NaN, ne -> true, cast to bool -> true), else None.
+    WGSL may assume finite math, so the kernel applies these rules itself."""
+    rules = []
+    for k, dt in enumerate(dtypes):
+        if dt != "float32":
+            rules.append(None)
+            continue
+        others = [_PROBES[d] for j, d in enumerate(dtypes) if j != k]
+        results = []
+        try:
+            with np.errstate(all="ignore"):
+                for combo in itertools.product(*others):
+                    args = list(combo)
+                    args.insert(k, np.nan)
+                    arrays = [np.array(a, dtype=np.bool_ if d == "bool" else d)
+                              for a, d in zip(args, dtypes)]
+                    results.append(np.asarray(op.np(*arrays, **attrs)).item())
+        except Exception:  # a reference that refuses NaN: no rule
+            rules.append(None)
+            continue
+        rules.append(results[0] if results and _same(results) else None)
+    return rules
+
+
+def _literal(value, dtype):
+    if dtype == "bool":
+        return "true" if value else "false"
+    if dtype == "int32":
+        return f"bitcast<i32>({int(value) & 0xFFFFFFFF}u)"
+    if np.isnan(value):
+        return "f32_nan()"
+    if np.isinf(value):
+        return "f32_inf()" if value > 0 else "-f32_inf()"
+    return _f32(value)
+
+
+# WGSL builtins whose accuracy or domain WGSL leaves to the implementation (sin and cos are
+# only bounded inside [-pi, pi]: NVIDIA's sin(100) is off by 1e-5 relative; SwiftShader's
+# log(-2) is log(2) and its tanh(inf) NaN): an op's expression calls these functions of
+# lib.wgsl instead
+PRECISE = {"sin": "precise_sin", "cos": "precise_cos", "log": "precise_log",
+           "sqrt": "precise_sqrt", "tanh": "precise_tanh"}
+_BUILTIN_CALL = re.compile(r"\b(" + "|".join(PRECISE) + r")\(")
+
+
+def _flat4_source(op, kinds, out_dtype, alias, body, store):
+    ints_for_bools = op.kind == COMPARE
+    bindings, quads, t, s = [], [], 0, 0
+    lanes = []
+    names = []  # per operand: its quad variable, or its scalar expression
+    for k, (dt, is_scalar) in enumerate(kinds):
+        if is_scalar:
+            raw = f"info[sb + {s}]"
+            s += 1
+            names.append(("scalar", {"float32": f"bitcast<f32>({raw})", "int32": raw,
+                                     "bool": raw if ints_for_bools else f"({raw} != 0)"}[dt]))
+            continue
+        src = "out" if k == alias else f"in{t}"
+        if k != alias:
+            bindings.append(f"@group(1) @binding({len(bindings) + 1}) var<storage, read> "
+                            f"in{t}: array<vec4<{STORAGE[dt]}>>;")
+        quads.append(f"let q{k} = {src}[info[{5 + 2 * t}] / 4 + i];")
+        names.append((dt, f"q{k}"))
+        t += 1
+    for lane in "xyzw":
+        lets = []
+        for k, (kind, name) in enumerate(names):
+            if kind == "scalar":
+                lets.append(f"let v{k} = {name};")
+            elif kind == "bool":
+                lets.append(f"let v{k} = " + (f"i32({name}.{lane});" if ints_for_bools
+                                              else f"({name}.{lane} != 0u);"))
+            else:
+                lets.append(f"let v{k} = {name}.{lane};")
+        lanes.append("{\n        " + "\n        ".join(lets + body + [f"res.{lane} = {store};"])
+                     + "\n    }")
+    src = render("elementwise4.wgsl", OUT=STORAGE[out_dtype], BINDINGS="\n".join(bindings),
+                 NT=t, QUADS="\n    ".join(quads), LANES="\n    ".join(lanes))
+    return src, "flat4", ("w",) + ("r",) * len(bindings)
+
+
+def elementwise_source(op, kinds, out_dtype, alias, attrs, entry):
+    """WGSL for `op` over operands `kinds` (a tuple of (dtype, is_scalar)); `alias`: the
+    operand read from `out` itself (its buffer was donated), or -1; `entry`: "flat" (every
+    operand dense: `info` as view_words gives it for rank 1) or "main"."""
+    bindings, loads, flat_loads, t, s = [], [], [], 0, 0
+    ints_for_bools = op.kind == COMPARE  # WGSL orders no bools: compare them as 0/1
+    for k, (dt, is_scalar) in enumerate(kinds):
+        if is_scalar:
+            raw = f"info[sb + {s}]"
+            s += 1
+            if dt == "float32":
+                value = f"bitcast<f32>({raw})"
+            elif dt == "bool":
+                value = raw if ints_for_bools else f"({raw} != 0)"
+            else:
+                value = raw
+        else:
+            name = "out" if k == alias else f"in{t}"
+            if k != alias:
+                bindings.append(f"@group(1) @binding({len(bindings) + 1}) var<storage, read> "
+                                f"in{t}: array<{STORAGE[dt]}>;")
+            value = f"{name}[at{t}]"
+            flat = f"{name}[info[{5 + 2 * t}] + i]"
+            t += 1
+            if dt == "bool":
+                value, flat = ((f"i32({v})" if ints_for_bools else f"({v} != 0u)")
+                               for v in (value, flat))
+            flat_loads.append(f"let v{k} = {flat};")
+            loads.append(f"let v{k} = {value};")
+            continue
+        loads.append(f"let v{k} = {value};")
+        flat_loads.append(f"let v{k} = {value};")
+    expr = op.wgsl.format(*(f"v{k}" for k in range(len(kinds))), dtype=VALUE[out_dtype])
+    expr = _BUILTIN_CALL.sub(lambda m: PRECISE[m.group(1)] + "(", expr)
+    body = [f"var r = {expr};"]
+    rules = nan_rules(op, [dt for dt, _ in kinds], attrs)
+    for k, rule in enumerate(rules):
+        if rule is not None:
+            body.append(f"if (is_nan(v{k})) {{ r = {_literal(rule, out_dtype)}; }}")
+    store = "select(0u, 1u, r)" if out_dtype == "bool" else "r"
+    if entry == "flat4":
+        return _flat4_source(op, kinds, out_dtype, alias, body, store)
+    # the strided entry: i's coordinates found once (one division per dim), every operand's
+    # element from them (on lavapipe 2.4x faster than a division per operand and dim)
+    walk = [f"var at{u} = info[4 + rank + {u} * (rank + 1)];" for u in range(t)]
+    walk += ["var rem = i;", "for (var d = rank - 1; d >= 0; d--) {",
+             "    let size = info[4 + d];", "    let q = rem / size;",
+             "    let c = rem - q * size;", "    rem = q;"]
+    walk += [f"    at{u} += c * info[5 + rank + {u} * (rank + 1) + d];" for u in range(t)]
+    walk += ["}"]
+    src = render("elementwise.wgsl", OUT=STORAGE[out_dtype], BINDINGS="\n".join(bindings),
+                 NT=t, LOADS="\n    ".join(walk + loads),
+                 FLAT_LOADS="\n    ".join(flat_loads), BODY="\n    ".join(body), STORE=store)
+    signature = ("w",) + ("r",) * len(bindings)
+    return src, entry, signature

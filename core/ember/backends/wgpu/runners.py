@@ -1,0 +1,585 @@
+"""How Wgpu runs each kind of primitive. Nothing here names an op of the table:
+
+- an op whose `wgsl` is an expression ("exp({0})") runs a kernel generated from it;
+- an op whose `wgsl` names a kernel runs the runner registered under that name (`KERNELS`:
+  the reductions, matmul, gather/select/scatter, cat, slice_assign, full; users add theirs
+  with ember.backends.wgpu.register_kernel);
+- a movement op (reshape, permute, expand, slice, ...) becomes a view: its NumPy reference is
+  applied to a stand-in array with the prim's strides, and the view NumPy returns gives the
+  new strides and offset. Where NumPy would copy (reshape of a transposed tensor), the prim is
+  made dense first;
+- anything else runs its NumPy reference on the host (a read-back; warned once per op).
+"""
+
+import os
+import struct
+import sys
+import warnings
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ...backend import sole_owner
+from ...errors import DTypeError
+from ...ops import MOVEMENT
+from ...ops.definitions import _check_index
+from .kernels import compile_kernel, elementwise_source, render
+from .layout import (
+    STORAGE,
+    Prim,
+    broadcast_strides,
+    coalesce,
+    dense_strides,
+    groups_1d,
+    is_dense,
+    numel,
+    view_words,
+)
+
+KERNELS = {}  # kernel name (an op's `wgsl`) -> runner(backend, op, inputs, attrs, shape, dtype)
+
+
+def kernel(name):
+    """Register a runner for the kernel name an op's `wgsl` field gives."""
+    def register(fn):
+        KERNELS[name] = fn
+        return fn
+    return register
+
+
+_F32 = struct.Struct("<f")
+_I32 = struct.Struct("<i")
+
+
+def _bits(value, dtype):
+    """A scalar as the i32 word that holds it in `info`."""
+    if dtype == "float32":
+        try:
+            return _I32.unpack(_F32.pack(value))[0]
+        except OverflowError:  # beyond float32: inf, as NumPy's cast gives
+            return _I32.unpack(_F32.pack(float("inf") if value > 0 else float("-inf")))[0]
+    return int(value)
+
+
+def _donor(be, inputs, i, shape, dtype):
+    """inputs[i] when its buffer may become the result's: no one else refers to the prim or
+    its storage, it is dense from offset 0, and has the result's shape and dtype."""
+    if not be.inplace or i >= len(inputs) or not sole_owner(inputs, i):
+        return None
+    x = inputs[i]
+    if (type(x) is Prim and x.dtype == dtype and x.shape == shape and x.offset == 0
+            and is_dense(x.shape, x.strides) and sys.getrefcount(x.storage) == 2):
+        return x
+    return None
+
+
+# ---- elementwise: generated from the op table's expression ------------------------------------
+def elementwise(be, op, inputs, attrs, shape, dtype):
+    alias, out = -1, None
+    if be.inplace:
+        for i in op.donors:
+            x = _donor(be, inputs, i, shape, dtype)
+            if x is not None:
+                alias, out = i, Prim(x.storage, shape, x.strides, 0, dtype)
+                break
+    n = numel(shape)
+    if out is None:
+        out = be.empty(shape, dtype)
+    if n == 0:
+        return out
+    signature = tuple([x.dtype if type(x) is Prim else None for x in inputs])
+    first = None
+    buffers, scalars = [out.storage.gpu], []
+    dense = out.strides
+    flat = True  # every operand dense in the result's shape: no index arithmetic at all
+    for i, x in enumerate(inputs):
+        if type(x) is Prim:
+            if x.shape != shape or (x.strides != dense and not is_dense(shape, x.strides)):
+                flat = False
+            if i != alias:
+                buffers.append(x.storage.gpu)
+        else:
+            if first is None:
+                first = next(d for d in signature if d is not None)
+            scalars.append(_bits(x, first))
+    entry = "main"
+    if flat:
+        entry = "flat4" if n % 4 == 0 and all(
+            x.offset % 4 == 0 for x in inputs if type(x) is Prim) else "flat"
+    key = (op, signature, dtype, alias, tuple(sorted(attrs.items())) if attrs else (), entry)
+    k = be.device.kernels.get(key)
+    if k is None:
+        first = next(d for d in signature if d is not None)
+        kinds = tuple((d or first, d is None) for d in signature)
+        k = compile_kernel(be.device, key, op.name,
+                           lambda: elementwise_source(op, kinds, dtype, alias, attrs, entry))
+    if flat:
+        words = [n, 1, 1, 0, n]
+        for x in inputs:
+            if type(x) is Prim:
+                words += (x.offset, 1)
+    else:
+        words = view_words(shape, [(x.offset, broadcast_strides(x, shape))
+                                   for x in inputs if type(x) is Prim])
+    be.device.dispatch(k, tuple(buffers), words + scalars,
+                       groups_1d(n // 4 if entry == "flat4" else n), be.cache)
+    return out
+
+
+# ---- movement: views through NumPy's own view rules --------------------------------------------
+_FAKE = [np.zeros(0, np.uint8)]
+
+
+def _stand_in(x):
+    """A read-only uint8 array with x's shape and strides (itemsize 1: bytes are elements)
+    over zeroed memory that covers every element x can reach. Never written; a NumPy copy of
+    it reads the kernel's zero pages only."""
+    hi = x.offset + sum((s - 1) * st for s, st in zip(x.shape, x.strides) if st > 0)
+    fake = _FAKE[0]
+    if fake.size <= hi:
+        fake = _FAKE[0] = np.zeros(max(hi + 1, 2 * fake.size), np.uint8)
+    return fake, as_strided(fake[x.offset:], x.shape, x.strides, writeable=False)
+
+
+def _numpy_view(op, x, attrs):
+    fake, stand_in = _stand_in(x)
+    out = np.asarray(op.np(stand_in, **attrs))
+    start = fake.__array_interface__["data"][0]
+    at = out.__array_interface__["data"][0] - start
+    if out.flags.owndata or not 0 <= at < fake.size:
+        return None  # NumPy had to copy
+    return at, tuple(out.strides), tuple(out.shape)
+
+
+def movement(be, op, inputs, attrs, shape, dtype):
+    x = inputs[0]
+    if numel(shape) == 0 or numel(x.shape) == 0:
+        return be.empty(shape, dtype)
+    view = _numpy_view(op, x, attrs)
+    if view is None:
+        x = be.dense_copy(x)
+        view = _numpy_view(op, x, attrs)
+        if view is None:
+            return host(be, op, inputs, attrs, shape, dtype)
+    offset, strides, vshape = view
+    if vshape != shape:
+        raise AssertionError(f"{op.name}: NumPy's view has shape {vshape}, the rule says {shape}")
+    return Prim(x.storage, shape, strides, offset, dtype, x.range)
+
+
+# ---- the host: NumPy's reference, for ops without a kernel --------------------------------------
+_WARNED = set()
+
+
+def host(be, op, inputs, attrs, shape, dtype):
+    if op.name not in _WARNED:
+        _WARNED.add(op.name)
+        warnings.warn(f"Wgpu has no WGSL kernel for {op.name!r}: it runs on the CPU through "
+                      "NumPy (a read-back each call); register one with "
+                      "ember.backends.wgpu.register_kernel", stacklevel=4)
+    be.device.counters["host_fallbacks"] += 1
+    arrays = [be.to_numpy(x) if type(x) is Prim else x for x in inputs]
+    with np.errstate(all="ignore"):
+        out = np.asarray(op.np(*arrays, **attrs))
+    return be.from_numpy(np.ascontiguousarray(out, dtype=dtype))
+
+
+# ---- copies and fills ---------------------------------------------------------------------------
+def copy_into(be, dst, dst_offset, dst_strides, src):
+    """Write src (broadcast to dst's shape) into the view (dst_offset, dst_strides) of the
+    prim dst's storage."""
+    shape = dst.shape
+    n = numel(shape)
+    if n == 0:
+        return
+    if src.storage is dst.storage:  # one buffer cannot be bound for reading and writing
+        src = be.dense_copy(src)
+    k = compile_kernel(be.device, ("copy",), "copy",
+                       lambda: (render("copy.wgsl"), "main", ("w", "r")))
+    words = view_words(shape, [(dst_offset, dst_strides), (src.offset,
+                                                          broadcast_strides(src, shape))])
+    be.device.dispatch(k, (dst.storage.gpu, src.storage.gpu), words, groups_1d(n), be.cache)
+
+
+def fill(be, dst, shape, offset, strides, value):
+    n = numel(shape)
+    if n == 0:
+        return
+    k = compile_kernel(be.device, ("fill",), "fill",
+                       lambda: (render("fill.wgsl"), "main", ("w",)))
+    words = view_words(shape, [(offset, strides)], _bits(value, dst.dtype))
+    be.device.dispatch(k, (dst.storage.gpu,), words, groups_1d(n), be.cache)
+
+
+def _own_copy(be, inputs, shape, dtype):
+    """Input 0 as a dense prim the op may write: its own buffer if it was donated, else a copy."""
+    x = _donor(be, inputs, 0, shape, dtype)
+    if x is not None:
+        return Prim(x.storage, shape, x.strides, 0, dtype)
+    x = inputs[0]
+    out = be.empty(shape, dtype)
+    copy_into(be, out, 0, out.strides, x)
+    return out
+
+
+@kernel("full")
+def full(be, op, inputs, attrs, shape, dtype):
+    out = be.empty(shape, dtype)
+    value = attrs["value"]
+    fill(be, out, shape, 0, out.strides, value)
+    if dtype == "int32":
+        out.range = (int(value), int(value))
+    return out
+
+
+@kernel("cat")
+def cat(be, op, inputs, attrs, shape, dtype):
+    dim = attrs["dim"]
+    out = be.empty(shape, dtype)
+    at = 0
+    for x in inputs:
+        copy_into(be, Prim(out.storage, x.shape, out.strides, 0, dtype),
+                  at * out.strides[dim], out.strides, x)
+        at += x.shape[dim]
+    return out
+
+
+@kernel("slice_assign")
+def slice_assign(be, op, inputs, attrs, shape, dtype):
+    out = _own_copy(be, inputs, shape, dtype)
+    value = inputs[1]
+    starts, stops, steps = attrs["starts"], attrs["stops"], attrs["steps"]
+    region = tuple(len(range(a, b, c)) for a, b, c in zip(starts, stops, steps))
+    if numel(region) == 0:
+        return out
+    offset = sum(a * st for a, st in zip(starts, out.strides))
+    strides = tuple(st * c for st, c in zip(out.strides, steps))
+    if type(value) is Prim:
+        copy_into(be, Prim(out.storage, region, strides, offset, dtype), offset, strides, value)
+    else:
+        fill(be, out, region, offset, strides, value)
+    return out
+
+
+# ---- indexing -----------------------------------------------------------------------------------
+def check_indices(be, name, idx, size, dim):
+    """Raise the reference's ShapeError for an index outside [0, size). Known bounds of the
+    indices (from their upload, a fill, an argmax) usually settle it without a read-back."""
+    if numel(idx.shape) == 0:
+        return
+    bounds = idx.range
+    if (bounds is None or bounds[0] < 0 or bounds[1] >= size) and not be.device.bridge.can_block:
+        return  # a browser cannot wait for the values; WebGPU clamps out-of-range reads
+    if bounds is None or bounds[0] < 0 or bounds[1] >= size:
+        values = be.to_numpy(idx)
+        be.device.counters["index_checks_read_back"] += 1
+        bounds = idx.range = (int(values.min()), int(values.max()))
+    if bounds[0] < 0 or bounds[1] >= size:
+        _check_index(name, np.array(bounds), size, dim)
+
+
+def _gather_words(x, shape, dim, idx_offset, idx_strides):
+    src = list(x.strides)  # x has the result's shape in every dim but `dim`
+    step = x.strides[dim]
+    src[dim] = 0
+    return view_words(shape, [(x.offset, tuple(src)), (idx_offset, idx_strides)], step)
+
+
+def _gather_dispatch(be, x, idx, out, words):
+    k = compile_kernel(be.device, ("gather",), "gather",
+                       lambda: (render("gather.wgsl"), "main", ("w", "r", "r")))
+    be.device.dispatch(k, (out.storage.gpu, x.storage.gpu, idx.storage.gpu), words,
+                       groups_1d(numel(out.shape)), be.cache)
+
+
+@kernel("gather")
+def gather(be, op, inputs, attrs, shape, dtype):
+    x, idx = inputs
+    dim = attrs["dim"]
+    _index_dtype(op, idx)
+    check_indices(be, op.name, idx, x.shape[dim], dim)
+    out = be.empty(shape, dtype)
+    if numel(shape):
+        _gather_dispatch(be, x, idx, out, _gather_words(x, shape, dim, idx.offset, idx.strides))
+    return out
+
+
+@kernel("select")
+def select(be, op, inputs, attrs, shape, dtype):
+    x, idx = inputs
+    dim = attrs["dim"]
+    _index_dtype(op, idx)
+    check_indices(be, op.name, idx, x.shape[dim], dim)
+    out = be.empty(shape, dtype)
+    if numel(shape):
+        # the 1-D indices seen as a tensor of the result's shape that varies along dim only
+        strides = tuple(idx.strides[0] if d == dim else 0 for d in range(len(shape)))
+        _gather_dispatch(be, x, idx, out, _gather_words(x, shape, dim, idx.offset, strides))
+    return out
+
+
+def _index_dtype(op, idx):
+    if idx.dtype != "int32":
+        raise DTypeError(f"{op.name}: Wgpu takes int32 indices, got {idx.dtype}")
+
+
+_SCATTER_ADD = {
+    "float32": ("u32", """var old = atomicLoad(&out[t]);
+    loop {
+        let r = atomicCompareExchangeWeak(&out[t], old, bitcast<u32>(bitcast<f32>(old) + v));
+        if (r.exchanged) {
+            break;
+        }
+        old = r.old_value;
+    }"""),
+    "int32": ("i32", "atomicAdd(&out[t], v);"),
+    "bool": ("u32", "atomicOr(&out[t], v);"),
+}
+
+
+@kernel("scatter")
+def scatter(be, op, inputs, attrs, shape, dtype):
+    dim = attrs["dim"]
+    idx, values = inputs[1], inputs[2]
+    _index_dtype(op, idx)
+    check_indices(be, op.name, idx, shape[dim], dim)
+    out = _own_copy(be, inputs, shape, dtype)
+    n = numel(idx.shape)
+    if n == 0:
+        return out
+    atomic, add = _SCATTER_ADD[dtype]
+    k = compile_kernel(be.device, ("scatter", dtype), "scatter", lambda: (
+        render("scatter.wgsl", ATOMIC=atomic, T=STORAGE[dtype], ADD=add), "main",
+        ("w", "r", "r")))
+    dst = list(out.strides)
+    step = dst[dim]
+    dst[dim] = 0
+    words = view_words(idx.shape, [(0, tuple(dst)), (idx.offset, idx.strides),
+                                   (values.offset, broadcast_strides(values, idx.shape))], step)
+    be.device.dispatch(k, (out.storage.gpu, idx.storage.gpu, values.storage.gpu), words,
+                       groups_1d(n), be.cache)
+    return out
+
+
+# ---- reductions ---------------------------------------------------------------------------------
+_EXTREME = "if (better(b, a)) {\n        return b;\n    }\n    return a;"
+REDUCERS = {  # kernel name -> (comparison, init, combine, result)
+    "sum": (">", "Acc(${ZERO}, 0)", "return Acc(a.v + b.v, 0);", "a.v"),
+    "max": (">", "element(base, first)", _EXTREME, "a.v"),
+    "min": ("<", "element(base, first)", _EXTREME, "a.v"),
+    "argmax": (">", "element(base, first)", _EXTREME, "a.i"),
+    "argmin": ("<", "element(base, first)", _EXTREME, "a.i"),
+}
+_ZERO = {"float32": "0.0", "int32": "0", "bool": "0u"}
+
+
+def _reduce_source(name, x_dtype, out_dtype):
+    cmp, init, combine, result = REDUCERS[name]
+    src = render("reduce.wgsl", T=STORAGE[x_dtype], OUT=STORAGE[out_dtype],
+                 NAN="is_nan(x)" if x_dtype == "float32" else "false", CMP=cmp,
+                 INIT=init.replace("${ZERO}", _ZERO[x_dtype]), COMBINE=combine, RESULT=result)
+    return src
+
+
+def _reduce_dispatch(be, name, x_dtype, out, src, n_out, n_red, offset, kshape, kstr, rshape,
+                     rstr, chunks=1, chunk=None):
+    chunk = chunk or n_red
+    n = n_out * chunks
+    cpu = be.device.bridge.is_cpu
+    # a workgroup per output for long reductions (a CPU adapter pays dearly for its barriers)
+    per_group = n < 64 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
+    entry = "per_group" if per_group else "per_thread"
+    k = compile_kernel(be.device, ("reduce", name, x_dtype, entry), name, lambda: (
+        _reduce_source(name, x_dtype, out.dtype), entry, ("w", "r")))
+    words = [n, n_red, len(kshape), len(rshape), offset, chunks, chunk, *kshape, *kstr,
+             *rshape, *rstr]
+    groups = groups_1d(n, 1) if per_group else groups_1d(n)
+    be.device.dispatch(k, (out.storage.gpu, src.storage.gpu), words, groups, be.cache)
+
+
+def _reducer(name):
+    by_value = REDUCERS[name][3] == "a.v"
+
+    def run(be, op, inputs, attrs, shape, dtype):
+        x = inputs[0]
+        dims = attrs["dims"]
+        n_out = numel(shape)
+        out = be.empty(shape, dtype)
+        if n_out == 0:
+            return out
+        red = sorted(dims)
+        kept = [d for d in range(len(x.shape)) if d not in dims]
+        n_red = numel([x.shape[d] for d in red])
+        if n_red == 0:  # a sum of nothing
+            fill(be, out, shape, 0, out.strides, 0)
+            return out
+        kshape, (kstr,) = coalesce([x.shape[d] for d in kept], [[x.strides[d] for d in kept]])
+        rshape, (rstr,) = coalesce([x.shape[d] for d in red], [[x.strides[d] for d in red]])
+        # few outputs, long reductions: split each into chunks reduced by many workgroups,
+        # then reduce the chunks (sum, max and min only: their partial results are values)
+        chunks = min(256, n_red // 1024) if by_value and n_out < 256 else 1
+        if chunks > 1:
+            chunk = -(-n_red // chunks)
+            chunks = -(-n_red // chunk)
+            part = be.empty((n_out, chunks), x.dtype)
+            _reduce_dispatch(be, name, x.dtype, part, x, n_out, n_red, x.offset, kshape, kstr,
+                             rshape, rstr, chunks, chunk)
+            _reduce_dispatch(be, name, x.dtype, out, part, n_out, chunks, 0, [n_out], [chunks],
+                             [chunks], [1])
+        else:
+            _reduce_dispatch(be, name, x.dtype, out, x, n_out, n_red, x.offset, kshape, kstr,
+                             rshape, rstr)
+        if not by_value:
+            out.range = (0, n_red - 1)
+        return out
+    return run
+
+
+for _name in REDUCERS:
+    kernel(_name)(_reducer(_name))
+
+
+# ---- matmul -------------------------------------------------------------------------------------
+MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64),
+                  "tiled": ("matmul_tiled.wgsl", 128)}
+
+
+def _matmul_kernel(be, vec4, M, N):
+    """(shader, tile) for a product: row-major aligned operands take vec4 loads; GPUs stage
+    tiles in workgroup memory, CPU adapters (lavapipe, SwiftShader) do better without
+    barriers. EMBER_WGPU_MATMUL=scalar|vec4|tiled forces one (benchmarks, tests)."""
+    forced = os.environ.get("EMBER_WGPU_MATMUL")
+    if forced:
+        if forced not in MATMUL_KERNELS:
+            raise ValueError(f"EMBER_WGPU_MATMUL={forced!r}: expected one of "
+                             f"{', '.join(MATMUL_KERNELS)}")
+        return MATMUL_KERNELS[forced if vec4 or forced == "scalar" else "scalar"]
+    if not vec4:
+        return MATMUL_KERNELS["scalar"]
+    if not be.device.bridge.is_cpu and M >= 64 and N >= 64:
+        return MATMUL_KERNELS["tiled"]
+    return MATMUL_KERNELS["vec4"]
+
+
+def _vec4_rows(x):
+    """x's matrices are row-major with 16-byte aligned rows (batch strides included)."""
+    return (x.strides[-1] == 1 or x.shape[-1] == 1) and x.offset % 4 == 0 and all(
+        st % 4 == 0 for st in x.strides[:-1])
+
+
+@kernel("matmul")
+def matmul(be, op, inputs, attrs, shape, dtype):
+    a, b = inputs
+    out = be.empty(shape, dtype)
+    if numel(shape) == 0:
+        return out
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    if K == 0:
+        fill(be, out, shape, 0, out.strides, 0)
+        return out
+    vec4 = K % 4 == 0 and N % 4 == 0
+    if vec4 and not (_vec4_rows(a) and _vec4_rows(b)):
+        # a transposed or sliced operand: a dense copy costs O(n^2), the slow kernel O(n^3)
+        vec4 = M * N * K >= 1 << 18
+        if vec4:
+            a = a if _vec4_rows(a) else be.dense_copy(a)
+            b = b if _vec4_rows(b) else be.dense_copy(b)
+    batch = shape[:-2]
+    a_batch = broadcast_strides(Prim(None, a.shape[:-2], a.strides[:-2], 0, dtype), batch)
+    b_batch = broadcast_strides(Prim(None, b.shape[:-2], b.strides[:-2], 0, dtype), batch)
+    bshape, (abs_, bbs) = coalesce(batch, [a_batch, b_batch])
+    name, tile = _matmul_kernel(be, vec4, M, N)
+    k = compile_kernel(be.device, ("matmul", name, dtype), "matmul", lambda: (
+        render(name, T=STORAGE[dtype]), "main", ("w", "r", "r")))
+    nb = numel(batch)
+    head = [M, N, K, len(bshape), a.offset, a.strides[-2], a.strides[-1],
+            b.offset, b.strides[-2], b.strides[-1]]
+    tail = [0, *bshape, *abs_, *bbs]
+    buffers = (out.storage.gpu, a.storage.gpu, b.storage.gpu)
+    for start in range(0, nb, 65535):
+        be.device.dispatch(k, buffers, head + [start] + tail,
+                           (-(-N // tile), -(-M // tile), min(65535, nb - start)), be.cache)
+    return out
+
+
+# ---- convolution and pooling (ember/ops/nn.py) --------------------------------------------------
+def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs):
+    (top, _), (left, _) = attrs["padding"]
+    stride, dilation = attrs["stride"], attrs["dilation"]
+    words = [*x.shape, o, oh, ow, *kernel, *stride, top, left, *dilation, attrs["groups"],
+             x.offset, second.offset]
+    k = compile_kernel(be.device, ("conv", entry, out.dtype), entry, lambda: (
+        render("conv.wgsl", T=STORAGE[out.dtype]), entry, ("w", "r", "r")))
+    be.device.dispatch(k, (out.storage.gpu, x.storage.gpu, second.storage.gpu), words,
+                       n_out_groups, be.cache)
+    return out
+
+
+@kernel("conv2d")
+def conv2d(be, op, inputs, attrs, shape, dtype):
+    x, w = be.dense(inputs[0]), be.dense(inputs[1])
+    out = be.empty(shape, dtype)
+    if numel(shape):
+        _conv("conv2d", be, out, x, w, groups_1d(numel(shape)), shape[1], shape[2], shape[3],
+              w.shape[2:], attrs)
+    return out
+
+
+@kernel("conv_transpose2d")
+def conv_transpose2d(be, op, inputs, attrs, shape, dtype):
+    x, w = be.dense(inputs[0]), be.dense(inputs[1])
+    out = be.empty(shape, dtype)
+    if numel(shape):
+        _conv("conv_transpose2d", be, out, x, w, groups_1d(numel(shape)), shape[1], shape[2],
+              shape[3], w.shape[2:], attrs)
+    return out
+
+
+@kernel("conv2d_weight")
+def conv2d_weight(be, op, inputs, attrs, shape, dtype):
+    x, g = be.dense(inputs[0]), be.dense(inputs[1])
+    out = be.empty(shape, dtype)
+    if numel(shape):
+        _conv("conv2d_weight", be, out, x, g, groups_1d(numel(shape), 1), g.shape[1],
+              g.shape[2], g.shape[3], attrs["kernel"], attrs)
+    return out
+
+
+@kernel("max_pool2d_indices")
+def max_pool2d_indices(be, op, inputs, attrs, shape, dtype):
+    x = be.dense(inputs[0])
+    out = be.empty(shape, dtype)
+    n = numel(shape)
+    if n == 0:
+        return out
+    _, _, h, w = x.shape
+    words = [shape[0] * shape[1], h, w, shape[2], shape[3], *attrs["kernel"], *attrs["stride"],
+             *attrs["padding"], *attrs["dilation"], x.offset]
+    k = compile_kernel(be.device, ("max_pool2d_indices", x.dtype), "max_pool2d_indices",
+                       lambda: (render("pool.wgsl", T=STORAGE[x.dtype], NAN="is_nan(v)" if
+                                       x.dtype == "float32" else "false"), "main", ("w", "r")))
+    be.device.dispatch(k, (out.storage.gpu, x.storage.gpu), words, groups_1d(n), be.cache)
+    out.range = (0, h * w - 1)
+    return out
+
+
+CACHE = {}  # op -> its runner
+
+
+def runner_for(op):
+    """The runner of an op, remembered in CACHE."""
+    template = op.wgsl
+    if template and "{0}" in template:
+        run = elementwise
+    elif template in KERNELS:
+        run = KERNELS[template]
+    elif op.kind == MOVEMENT:
+        run = movement
+    else:
+        run = host
+    CACHE[op] = run
+    return run
+
+
+__all__ = ["KERNELS", "dense_strides", "kernel", "runner_for"]
