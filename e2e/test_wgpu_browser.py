@@ -2,24 +2,20 @@
 in the browser on Wgpu through bridge_browser, with blocking reads where Chromium's JS promise
 integration allows them (it does in Chromium 156).
 
-Heavy (builds the site, starts Chromium, ~1 min): runs only with EMBER_BROWSER_TESTS=1 and where
-Playwright and Debian's chromium are installed (make e2e-deps). It belongs with the e2e tests;
-it lives here, beside the backend it checks, until the e2e suite adopts it.
+Uses the e2e session's site and browser (e2e/conftest.py); the test files and wheels the run
+needs are added to the site under extra/ and fetched from 127.0.0.1 only.
 """
 
 import io
 import json
-import os
+import re
 import shutil
 import tarfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(os.environ.get("EMBER_BROWSER_TESTS") != "1",
-                                reason="browser tests: set EMBER_BROWSER_TESTS=1")
+ROOT = Path(__file__).resolve().parents[1]
 
 SETUP = """
 import io, os, sys, tarfile, zipfile, site
@@ -44,15 +40,10 @@ print("PYTEST_EXIT", int(code))
 
 
 @pytest.fixture(scope="module")
-def playground(tmp_path_factory):
-    pytest.importorskip("playwright")
-    from playwright.sync_api import sync_playwright
-
+def playground(site_dir, server, browser):
     from ember import site
-    out = tmp_path_factory.mktemp("browser") / "site"
-    site.build_site(out, log=lambda m: None)
-    extra = out / "extra"
-    extra.mkdir()
+    extra = site_dir / "extra"
+    extra.mkdir(exist_ok=True)
     wheels = []
     for wheel in site.test_wheels(ROOT):
         shutil.copy(wheel, extra / wheel.name)
@@ -63,32 +54,27 @@ def playground(tmp_path_factory):
             tar.add(ROOT / rel, arcname=rel,
                     filter=lambda t: None if "__pycache__" in t.name else t)
     (extra / "tests.tar").write_bytes(buf.getvalue())
-    server = site.SiteServer(out).start()
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=site.chromium_path(), headless=True,
-                                        args=site.CHROMIUM_ARGS + site.OFFLINE_ARGS)
-            page = browser.new_page()
-            page.set_default_timeout(1_500_000)
-            page.goto(server.url + "playground/")
-            page.wait_for_function("() => { const s = document.querySelector('#status')"
-                                   ".textContent; return s === 'ready' || s.startsWith('error'); }")
-            assert page.text_content("#status") == "ready"
+    context = browser.new_context()
+    context.route(re.compile(r"^(?!https?://127\.0\.0\.1[:/]).*"), lambda route: route.abort())
+    page = context.new_page()
+    page.set_default_timeout(1_500_000)
+    page.goto(server.url + "playground/")
+    page.wait_for_function("() => { const s = document.querySelector('#status')"
+                           ".textContent; return s === 'ready' || s.startsWith('error'); }")
+    assert page.text_content("#status") == "ready"
 
-            def run(code):
-                runs = int(page.get_attribute("#output", "data-runs"))
-                page.fill("#code", code)
-                page.click("#run")
-                page.wait_for_function("() => document.querySelector('#output').dataset.runs"
-                                       f" === '{runs + 1}'")
-                return page.text_content("#output")
+    def run(code):
+        runs = int(page.get_attribute("#output", "data-runs"))
+        page.fill("#code", code)
+        page.click("#run")
+        page.wait_for_function("() => document.querySelector('#output').dataset.runs"
+                               f" === '{runs + 1}'")
+        return page.text_content("#output")
 
-            output = run(SETUP.format(wheels=wheels))
-            assert "DEVICE webgpu:" in output, output[-3000:]
-            yield run
-            browser.close()
-    finally:
-        server.shutdown()
+    output = run(SETUP.format(wheels=wheels))
+    assert "DEVICE webgpu:" in output, output[-3000:]
+    yield run
+    context.close()
 
 
 def test_op_suite_passes_on_wgpu_in_the_browser(playground):
