@@ -1,7 +1,8 @@
 """Gradients on Autodiff(Wgpu()): every gradcheck of tests/autodiff/test_gradcheck.py (the same
 table, so a new op is covered here as soon as it is checked there), run in float32 on Wgpu and
 compared with the float64 gradients of Autodiff(NdArray()), which test_gradcheck checks against
-finite differences. Plus double backward, and an MLP trained on both backends."""
+finite differences. Plus double backward, and an MLP and the MNIST ConvNet trained on both
+backends."""
 
 import zlib
 
@@ -104,4 +105,30 @@ def test_mlp_trains_with_the_same_losses_as_ndarray():
     want = _train(Autodiff(NdArray()))
     got = _train(Autodiff(Wgpu()))
     assert want[-1] < want[0]  # it learns
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _train_convnet(backend, x, y, steps=4):
+    """The shipped MNIST ConvNet (conv, batch norm, pooling, dropout; train mode, seeded)
+    trained with Adam for a few steps: the losses seen."""
+    from ember import nn, optim
+    from ember.models import ConvNet
+    ember.seed(0)
+    model = ConvNet(backend=backend)
+    opt = optim.Adam(lr=1e-3)
+    ex, ey = Tensor.from_data(x, backend=backend), Tensor.from_data(y, backend=backend)
+    losses = []
+    for _ in range(steps):
+        loss = nn.CrossEntropyLoss()(model(ex), ey)
+        losses.append(float(loss.item()))
+        model = opt.step(model, optim.GradientsParams.from_grads(loss.backward(), model))
+    return np.array(losses)
+
+
+def test_mnist_convnet_trains_with_the_same_losses_as_ndarray():
+    rng = np.random.default_rng(0)
+    x = rng.random((16, 1, 28, 28), dtype=np.float32)
+    y = rng.integers(0, 10, 16).astype(np.int32)
+    want = _train_convnet(Autodiff(NdArray()), x, y)
+    got = _train_convnet(Autodiff(Wgpu()), x, y)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -37,7 +37,8 @@ class _BatchNorm(Module):
         if track_running_stats:
             self.running_mean = Param(init.zeros(n, backend, dtype), trainable=False)
             self.running_var = Param(init.ones(n, backend, dtype), trainable=False)
-            self.num_batches_tracked = Param(Tensor.zeros([], backend, "int64"),
+            # int32, ember's default int (PyTorch's int64 loads into it): WebGPU has no int64
+            self.num_batches_tracked = Param(Tensor.zeros([], backend, "int32"),
                                              trainable=False)
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
