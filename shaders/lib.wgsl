@@ -33,6 +33,11 @@ fn op_erf(x: f32) -> f32 {
     ${ERF}
 }
 
+// The exact GELU (the op table's gelu): x * (1 + erf(x / sqrt(2))) / 2.
+fn op_gelu(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + op_erf(x * 0.70710678118654752));
+}
+
 // NumPy's power for float32, special values included (C99 pow): WGSL's pow is only defined
 // for a positive base.
 fn op_pow(a: f32, b: f32) -> f32 {

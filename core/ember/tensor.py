@@ -8,7 +8,6 @@ it needs no backend work and Autodiff differentiates it for free.
 """
 
 import dis
-import math
 import sys
 
 import numpy as np
@@ -454,6 +453,7 @@ class Tensor:
     log = _unary("log")
     sqrt = _unary("sqrt")
     erf = _unary("erf")
+    gelu = _unary("gelu")  # GELU with erf: the exact form, PyTorch's default
     tanh = _unary("tanh")
     sin = _unary("sin")
     cos = _unary("cos")
@@ -492,9 +492,6 @@ class Tensor:
         # not maximum(x, 0): its gradient at exactly 0 would be 1; ReLU's is 0 (as PyTorch)
         return self.mask_where(self <= 0, 0)
 
-    def gelu(self):
-        """GELU with erf (the exact form, as PyTorch's default)."""
-        return self * ((self * (1 / math.sqrt(2))).erf() + 1) * 0.5
 
     def clamp(self, min=None, max=None):  # noqa: A002  (PyTorch's argument names)
         out = self._alias()

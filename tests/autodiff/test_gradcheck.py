@@ -30,6 +30,7 @@ CHECKS = {
     "log": ([(3, 4)], "pos", lambda x: x.log()),
     "sqrt": ([(3, 4)], "pos", lambda x: x.sqrt()),
     "erf": ([(3, 4)], "any", lambda x: x.erf()),
+    "gelu": ([(3, 4)], "any", lambda x: x.gelu()),
     "tanh": ([(3, 4)], "any", lambda x: x.tanh()),
     "sin": ([(3, 4)], "any", lambda x: x.sin()),
     "cos": ([(3, 4)], "any", lambda x: x.cos()),

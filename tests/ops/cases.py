@@ -190,6 +190,9 @@ UNARY = {
     "sqrt": Elementwise(Tensor.sqrt, np.sqrt, 0, 10, float_only=True),
     "erf": Elementwise(Tensor.erf, np.vectorize(math.erf, otypes=[float]), -4, 4,
                        float_only=True),
+    "gelu": Elementwise(Tensor.gelu, np.vectorize(
+        lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2, otypes=[float]), -5, 5,
+        float_only=True),
     "tanh": Elementwise(Tensor.tanh, np.tanh, -5, 5, float_only=True),
     "sin": Elementwise(Tensor.sin, np.sin, -7, 7, float_only=True),
     "cos": Elementwise(Tensor.cos, np.cos, -7, 7, float_only=True),

@@ -62,6 +62,18 @@ def _erf32(x, out):
     return out
 
 
+def gelu(x, out=None):
+    """x * (1 + erf(x / sqrt(2))) / 2, the exact GELU, with one temporary."""
+    c = erf(x * x.dtype.type(0.7071067811865476))
+    c += 1
+    c *= x
+    c *= 0.5
+    if out is None:
+        return c
+    np.copyto(out, c)
+    return out
+
+
 def erf(x, out=None):
     if x.dtype == np.float32:
         return _erf32(x, out)
