@@ -206,7 +206,12 @@ def _restore(inputs, prims):
 
 
 def _apply(op, x, *rest, **attrs):
-    """Run any primitive whose dtype rule is its own (no promotion): x is input 0."""
+    """Run any primitive whose dtype rule is its own (no promotion): x is input 0.
+
+    For an op with donors, `x` may lose its buffer when only the caller's frame refers to it:
+    call this from a Tensor method with `self` as x (as slice_assign, scatter and mask_where
+    do), never with a local tensor that is read afterwards. Ops without donors (nn/functional's
+    convolutions and pools) may be run from anywhere."""
     # rules first (they may raise), then take x's buffer; `_take(x, ...)` must see the same
     # references on every path, so no tuple or loop variable holds x at that point
     if rest:
