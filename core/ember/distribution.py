@@ -10,7 +10,9 @@ import numpy as np
 
 from .errors import DTypeError
 
-_rng = np.random.default_rng(0)
+# created on first use: importing numpy.random is a noticeable part of `import ember` in the
+# browser, and a page that only runs a trained model never draws a random number
+_rng = None
 
 
 def seed(value):
@@ -20,6 +22,10 @@ def seed(value):
 
 
 def rng():
+    """The global generator (seeded with 0 unless ember.seed said otherwise)."""
+    global _rng
+    if _rng is None:
+        _rng = np.random.default_rng(0)
     return _rng
 
 
@@ -52,7 +58,7 @@ class Distribution:
 
     def sample(self, shape, dtype):
         """A NumPy array of `shape` and ember `dtype` drawn from the global generator."""
-        g = _rng
+        g = rng()
         if self.kind in ("default", "uniform"):
             if dtype == "bool":
                 raise DTypeError("random: a uniform bool is meaningless; use Bernoulli(p)")
