@@ -292,30 +292,29 @@ def _gather_dispatch(be, x, idx, out, words):
                        groups_1d(numel(out.shape)), be.cache)
 
 
-@kernel("gather")
-def gather(be, op, inputs, attrs, shape, dtype):
+def _gather_like(be, op, inputs, attrs, shape, dtype, index_strides):
     x, idx = inputs
     dim = attrs["dim"]
     _index_dtype(op, idx)
     check_indices(be, op.name, idx, x.shape[dim], dim)
     out = be.empty(shape, dtype)
     if numel(shape):
-        _gather_dispatch(be, x, idx, out, _gather_words(x, shape, dim, idx.offset, idx.strides))
+        words = _gather_words(x, shape, dim, idx.offset, index_strides(idx, dim, len(shape)))
+        _gather_dispatch(be, x, idx, out, words)
     return out
+
+
+@kernel("gather")
+def gather(be, op, inputs, attrs, shape, dtype):
+    return _gather_like(be, op, inputs, attrs, shape, dtype, lambda idx, dim, n: idx.strides)
 
 
 @kernel("select")
 def select(be, op, inputs, attrs, shape, dtype):
-    x, idx = inputs
-    dim = attrs["dim"]
-    _index_dtype(op, idx)
-    check_indices(be, op.name, idx, x.shape[dim], dim)
-    out = be.empty(shape, dtype)
-    if numel(shape):
-        # the 1-D indices seen as a tensor of the result's shape that varies along dim only
-        strides = tuple(idx.strides[0] if d == dim else 0 for d in range(len(shape)))
-        _gather_dispatch(be, x, idx, out, _gather_words(x, shape, dim, idx.offset, strides))
-    return out
+    # select is a gather whose 1-D indices are seen as a tensor of the result's shape that
+    # varies along dim only
+    return _gather_like(be, op, inputs, attrs, shape, dtype, lambda idx, dim, n: tuple(
+        idx.strides[0] if d == dim else 0 for d in range(n)))
 
 
 def _index_dtype(op, idx):
