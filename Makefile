@@ -16,7 +16,7 @@ export MESA_SHADER_CACHE_DIR ?= $(CURDIR)/.cache/mesa_shader_cache
 LINT_DIRS := $(wildcard core tests bench docs e2e)
 TEST_DIRS := tests
 
-.PHONY: venv deps data test unit e2e site demo bench lint clean
+.PHONY: venv deps data test unit e2e site demo bench lint clean kernels
 
 venv: $(STAMP)
 
@@ -39,19 +39,24 @@ data: $(STAMP) deps
 	$(BIN)/python -m ember.data.fetch
 
 # tests/ first, then the browser end-to-end tests of e2e/
-test: lint data
+test: lint data kernels
 	$(BIN)/python -m pytest $(TEST_DIRS)
 	@echo "core/ember size (lines of Python):"
 	@find core/ember -name '*.py' -print0 | xargs -0 wc -l | tail -n 1
 	$(MAKE) e2e
 
-unit: $(STAMP) data
+unit: $(STAMP) data kernels
 	$(BIN)/python -m pytest $(TEST_DIRS)
 
 # Builds the site once (downloads cached in .cache/ember-site), serves it on 127.0.0.1, drives
 # it in headless chromium; runs tests/ops inside Pyodide and compares with CPython.
 e2e: $(STAMP) deps
 	$(BIN)/python -m pytest e2e
+
+# The WebAssembly SIMD kernels NdArray uses inside Pyodide (clang-19 + lld-19: make deps); `ember
+# site` builds them too, before it packs the wheel that carries them.
+kernels: $(STAMP) deps
+	$(BIN)/python -m ember.backends.wasm.build
 
 site: $(STAMP)
 	$(BIN)/ember site --out build/site
@@ -65,4 +70,5 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .hypothesis e2e/screenshots
+	rm -f core/ember/backends/wasm/*.wasm
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

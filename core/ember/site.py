@@ -176,8 +176,15 @@ def extract_wheels(archive, lock, names, dest):
 
 def build_ember_wheel(root, dest, log=print):
     """ember's pure-Python wheel (pip wheel; without build isolation when hatchling is here,
-    so that a rebuild needs no network)."""
+    so that a rebuild needs no network), with the WebAssembly kernels built first: the wheel
+    carries them as artifacts (build outputs, gitignored), and NdArray loads them in Pyodide."""
     import importlib.util
+
+    from .backends.wasm import build as kernels
+    try:
+        kernels.build(log=log)
+    except kernels.KernelBuildError as e:
+        raise SiteError(str(e)) from None
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp, str(root)]
         if importlib.util.find_spec("hatchling"):

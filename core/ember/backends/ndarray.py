@@ -9,6 +9,10 @@ no view of it alive: a view holds a reference to its base), be writeable, and al
 the result's shape and dtype.
 """
 
+import os
+import sys
+import warnings
+
 import numpy as np
 
 from .. import backend as _backend
@@ -71,3 +75,14 @@ class NdArray(_backend.Backend):
 
 
 _backend.register("ndarray", NdArray)
+
+# Inside Pyodide NumPy has no BLAS and no SIMD: float32 GEMMs above a break-even size go to
+# WebAssembly SIMD kernels (backends/wasm); natively NumPy's BLAS keeps them. EMBER_WASM=0 opts out.
+if sys.platform == "emscripten" and os.environ.get("EMBER_WASM", "1") != "0":
+    from . import wasm as _wasm
+
+    try:
+        _wasm.install()
+    except OSError as e:  # an install without the .wasm, or an engine without SIMD: still correct
+        warnings.warn(f"ember: WebAssembly kernels unavailable, NumPy computes everything ({e})",
+                      RuntimeWarning, stacklevel=1)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import DTypeError, ShapeError
-from . import BINARY, COMPARE, INDEX, LINALG, MOVEMENT, REDUCE, SOURCE, UNARY, op
+from . import BINARY, COMPARE, INDEX, LINALG, MOVEMENT, REDUCE, SOURCE, UNARY, kernels, op
 from .numerics import erf as _np_erf
 from .numerics import gelu as _np_gelu
 
@@ -362,7 +362,8 @@ def _matmul_rule(a, b):
     return batch + (a[-2], b[-1])
 
 
-op("matmul", LINALG, np.matmul, "matmul",
+# kernels.matmul is np.matmul, or the WebAssembly GEMM inside Pyodide (looked up at each call)
+op("matmul", LINALG, lambda a, b: kernels.matmul(a, b), "matmul",
             lambda g, y, a, b: (lambda: g @ b.swap_dims(-1, -2), lambda: a.swap_dims(-1, -2) @ g),
             saves=(0, 1),
             shape=_matmul_rule, dtype=_same, dtypes=_NUMBERS)

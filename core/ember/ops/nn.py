@@ -30,7 +30,7 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import DTypeError, ShapeError
-from . import INDEX, LINALG, op
+from . import INDEX, LINALG, kernels, op
 
 _FLOATS = ("float32", "float64")
 _NUMBERS = ("int32", "int64", "float32", "float64")
@@ -142,7 +142,7 @@ def _conv2d_np(x, w, stride, padding, dilation, groups):
     oh, ow = _conv2d_rule(x.shape, w.shape, stride, padding, dilation, groups)[2:]
     cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
     # one matmul: [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW], BLAS once per (n, g)
-    return np.matmul(w.reshape(groups, o // groups, -1), cols).reshape(n, o, oh, ow)
+    return kernels.matmul(w.reshape(groups, o // groups, -1), cols).reshape(n, o, oh, ow)
 
 
 def _input_padding(in_hw, kernel, stride, padding, dilation):
@@ -205,7 +205,7 @@ def _conv_transpose2d_np(x, w, stride, padding, dilation, groups):
     # block per image, which the adds below read fastest), then each offset adds its plane
     cg = c // groups
     wm = w.reshape(groups, cg, og, kh, kw).transpose(0, 3, 4, 2, 1).reshape(groups, -1, cg)
-    cols = np.matmul(wm, x.reshape(n, groups, cg, h * wd)).reshape(
+    cols = kernels.matmul(wm, x.reshape(n, groups, cg, h * wd)).reshape(
         n, groups, kh, kw, og, h, wd)
     full_h = max((h - 1) * sh + dh * (kh - 1) + 1, top + oh)
     full_w = max((wd - 1) * sw + dw * (kw - 1) + 1, left + ow)
@@ -260,7 +260,7 @@ def _conv2d_weight_np(x, g, kernel, stride, padding, dilation, groups):
     cols = _columns(x, kernel, stride, padding, dilation, (oh, ow), groups)
     gm = g.reshape(n, groups, o // groups, oh * ow)
     # [N, G, O/G, OH*OW] @ [N, G, OH*OW, C/G*KH*KW], then the (small) sum over the batch
-    dw = np.matmul(gm, cols.transpose(0, 1, 3, 2)).sum(axis=0, dtype=x.dtype)
+    dw = kernels.matmul(gm, cols.transpose(0, 1, 3, 2)).sum(axis=0, dtype=x.dtype)
     return dw.reshape(o, c // groups, *kernel)
 
 

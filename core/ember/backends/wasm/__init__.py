@@ -1,0 +1,149 @@
+"""WebAssembly SIMD kernels for NdArray inside Pyodide: the float32 GEMM behind matmul and the
+convolutions, on NumPy's own buffers (zero copy).
+
+NumPy in Pyodide has no BLAS and no SIMD; kernels.c is a packed, register-blocked SIMD128 GEMM
+(relaxed SIMD where the engine has it), 5-20x faster there. `install()` rebinds
+ember.ops.kernels.matmul to `matmul` below, which takes float32 products above a measured
+break-even size and hands everything else to np.matmul. NdArray installs it on import inside
+Pyodide; natively nothing here is loaded. EMBER_WASM=0 in the environment keeps NumPy.
+
+How the module is loaded: as an Emscripten side module through `ctypes.CDLL`, i.e. Pyodide's
+own dynamic loader (the one that loads NumPy's extension modules) links it into Pyodide's
+memory and table. That needs no JavaScript at all, so it works the same on a page's main
+thread, in ember's Web Worker and in Node (the conformance run), with no hook into how a page
+boots Pyodide (the JS-glue route needs Pyodide's WebAssembly.Memory, which 0.27.7 does not
+expose: a page would have to intercept WebAssembly.instantiate during loadPyodide). A call
+costs ~5-10 us through ctypes, about what a call into a JS function costs through the FFI.
+The relaxed-SIMD build is tried first: an engine without relaxed SIMD refuses to compile it
+(OSError), and the SIMD128 build loads instead.
+"""
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+from ...ops import kernels
+
+HERE = Path(__file__).resolve().parent
+VARIANTS = ("relaxed", "simd128")  # the order they are tried in
+
+# Below this many multiply-adds (m*n*k) np.matmul is faster than a call through ctypes plus
+# the packing (measured in headless Chromium and Node, Pyodide 0.27.7: see bench/README.md).
+MIN_MACS = 4096
+
+_F32 = np.dtype(np.float32)
+_lib = None        # the loaded ctypes.CDLL, or None
+_variant = None    # which build it is
+_work = None       # the scratch array sgemm packs into (grown on demand, kept)
+_work_ptr = 0
+_work_len = 0
+_sizes = (0, 0, 0, 0)  # the build's MR, NR, KC, MC (its workspace formula's constants)
+
+
+def load():
+    """Load the fastest build this engine runs; its variant name. Raises OSError when none
+    loads (no .wasm in this install, or an engine without SIMD)."""
+    global _lib, _variant, _sizes
+    if _lib is not None:
+        return _variant
+    errors = []
+    for variant in VARIANTS:
+        path = HERE / f"ember_kernels_{variant}.wasm"
+        if not path.is_file():
+            errors.append(f"{path.name}: missing (build it: make kernels)")
+            continue
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            errors.append(f"{path.name}: {str(e).splitlines()[-1]}")
+            continue
+        _sizes = (lib.sgemm_mr(), lib.sgemm_nr(), lib.sgemm_kc(), lib.sgemm_mc())
+        _lib, _variant = lib, variant
+        _warm_up()
+        return variant
+    raise OSError("no WebAssembly kernel module loads here: " + "; ".join(errors))
+
+
+def _warm_up():
+    # the first calls run in the engine's baseline tier (3-4x slower): tier it up now
+    a = np.ones((64, 64), _F32)
+    for _ in range(3):
+        _gemm(a, a)
+
+
+def variant():
+    """The kernel build in use ('relaxed' or 'simd128'), or None when NumPy does it all."""
+    return _variant if kernels.matmul is matmul else None
+
+
+def install():
+    """Route float32 GEMMs to the kernels; the variant in use. Raises OSError if none loads."""
+    name = load()
+    kernels.matmul = matmul
+    return name
+
+
+def uninstall():
+    kernels.matmul = np.matmul
+
+
+def _workspace(floats):
+    global _work, _work_ptr, _work_len
+    if floats > _work_len:
+        _work_len = max(floats, 2 * _work_len)
+        _work = np.empty(_work_len, _F32)
+        _work_ptr = _work.ctypes.data
+    return _work_ptr
+
+
+def _gemm(a, b):
+    """a [m, k] @ b [k, n] (float32, any strides) into a new C-contiguous array."""
+    m, k = a.shape
+    n = b.shape[1]
+    out = np.empty((m, n), _F32)
+    _call(a.strides, b.strides, a.ctypes.data, b.ctypes.data, out.ctypes.data, m, n, k)
+    return out
+
+
+def _call(sa, sb, pa, pb, pc, m, n, k):
+    """One GEMM on raw addresses: sa, sb are the (row, column) byte strides of A and B; C is
+    C-contiguous [m, n]."""
+    mr, nr, kc, mc = _sizes
+    work = _workspace(min(k, kc) * -(-n // nr) * nr + mc * kc + mr * nr)  # = sgemm_work_size
+    status = _lib.sgemm(m, n, k, pa, sa[0] >> 2, sa[1] >> 2, pb, sb[0] >> 2, sb[1] >> 2, pc, n,
+                        work, _work_len)
+    if status:  # the module sizes the workspace itself: this is a bug, not bad input
+        raise RuntimeError(f"sgemm refused {m}x{k} @ {k}x{n} (status {status})")
+
+
+def matmul(a, b):
+    """np.matmul(a, b), float32 products of at least MIN_MACS multiply-adds on the kernels."""
+    if (a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2
+            or a.shape[-1] != b.shape[-2]):
+        return np.matmul(a, b)  # other dtypes, vectors; NumPy also words the shape errors
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if m * n * k < MIN_MACS or any(s & 3 for s in a.strides + b.strides):
+        return np.matmul(a, b)  # (strides that are not whole floats: odd as_strided views)
+    if a.ndim == 2 and b.ndim == 2:
+        return _gemm(a, b)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out = np.empty(batch + (m, n), _F32)
+    # one GEMM per batch entry; a batch dim an input lacks or has as 1 is broadcast (stride 0)
+    nd = len(batch)
+    steps = []
+    for x in (a, b, out):
+        lead = nd - x.ndim + 2
+        steps.append((0,) * lead + tuple(0 if d == 1 else s
+                                         for d, s in zip(x.shape[:-2], x.strides[:-2])))
+    (sa, sb, so), ra, rb = steps, a.strides[-2:], b.strides[-2:]
+    pa0, pb0, pc0 = a.ctypes.data, b.ctypes.data, out.ctypes.data
+    for index in np.ndindex(*batch):
+        pa, pb, pc = pa0, pb0, pc0
+        for i, v in enumerate(index):
+            pa += v * sa[i]
+            pb += v * sb[i]
+            pc += v * so[i]
+        _call(ra, rb, pa, pb, pc, m, n, k)
+    return out

@@ -1,0 +1,224 @@
+// ember's WebAssembly SIMD kernels: float32 GEMM on NumPy buffers inside Pyodide (zero copy).
+//
+// Built by core/ember/backends/wasm/build.py (`make kernels`, and `ember site` before it packs
+// the wheel) twice: SIMD128 (4x8 register tile) and relaxed SIMD (6x8 tile, fused multiply-add),
+// as Emscripten-style side modules that Pyodide's dynamic loader links into its own memory.
+//
+// Rules that keep this module from ever touching memory it does not own (PLATFORM.md):
+// - no data segments, no globals, no stack: every value lives in wasm locals; build.py checks
+//   the .wasm for all three. Scratch space (packed panels, one edge tile) comes from NumPy,
+//   passed in as `work` with its length, and is checked before anything is written.
+// - the only memory written is `c` (the output, m x n with row stride ldc) and `work`.
+// - -nostdlib: a hidden memcpy/memset would be a link error (-mbulk-memory turns the ones the
+//   optimiser invents into memory.copy/fill instructions instead).
+//
+// Strides are in elements and may be anything (transposed or sliced NumPy views): packing reads
+// A and B through them once, so the micro-kernel always streams contiguous, zero-padded panels.
+
+#include <wasm_simd128.h>
+
+#define EXPORT(name) __attribute__((export_name(#name))) __attribute__((visibility("default")))
+
+#ifdef __wasm_relaxed_simd__
+#define MR 6  // 12 accumulators + 2 B vectors + 1 broadcast: 15 of x86-64's 16 vector registers
+#define MADD(a, b, c) wasm_f32x4_relaxed_madd(a, b, c)
+#else
+#define MR 4  // a mul and an add per step: a 4x8 tile keeps both pipelines busy without spills
+#define MADD(a, b, c) wasm_f32x4_add(wasm_f32x4_mul(a, b), c)
+#endif
+#define NR 8    // two f32x4 vectors of B per k
+#define KC 256  // a B panel (KC x NR, 8 KiB) stays in L1 while every A panel of the block passes
+#define MC 120  // an A block (MC x KC, 120 KiB) stays in L2; a multiple of both MRs
+
+static inline int min_i(int a, int b) { return a < b ? a : b; }
+static inline int round_up(int a, int b) { return (a + b - 1) / b * b; }
+
+EXPORT(sgemm_mr) int sgemm_mr(void) { return MR; }
+EXPORT(sgemm_nr) int sgemm_nr(void) { return NR; }
+EXPORT(sgemm_kc) int sgemm_kc(void) { return KC; }
+EXPORT(sgemm_mc) int sgemm_mc(void) { return MC; }
+
+// Floats of scratch space sgemm needs for an m x n x k product: the packed B block of one KC
+// slice over all of n, the packed A block, one edge tile. (ember computes the same from
+// MR, NR, KC and MC, read once, to save a call per product.)
+EXPORT(sgemm_work_size) int sgemm_work_size(int m, int n, int k) {
+  (void)m;
+  return min_i(k, KC) * round_up(n, NR) + MC * KC + MR * NR;
+}
+
+// B[k0:k0+kc, 0:n] -> panels of NR columns, each kc x NR row by row, the last one zero-padded.
+static void pack_b(int kc, int n, const float *b, int rsb, int csb, float *out) {
+  for (int j = 0; j < n; j += NR) {
+    int nr = min_i(NR, n - j);
+    const float *col = b + j * csb;
+    if (nr == NR && csb == 1) {
+      for (int p = 0; p < kc; p++) {
+        const float *row = col + p * rsb;
+        wasm_v128_store(out, wasm_v128_load(row));
+        wasm_v128_store(out + 4, wasm_v128_load(row + 4));
+        out += NR;
+      }
+    } else {
+      for (int p = 0; p < kc; p++) {
+        for (int q = 0; q < NR; q++) out[q] = q < nr ? col[p * rsb + q * csb] : 0.0f;
+        out += NR;
+      }
+    }
+  }
+}
+
+// A[i0:i0+mc, k0:k0+kc] -> panels of MR rows, each kc x MR (A transposed), zero-padded rows.
+static void pack_a(int mc, int kc, const float *a, int rsa, int csa, float *out) {
+  for (int i = 0; i < mc; i += MR) {
+    int mr = min_i(MR, mc - i);
+    const float *rows = a + i * rsa;
+    for (int p = 0; p < kc; p++) {
+      for (int r = 0; r < MR; r++) out[r] = r < mr ? rows[r * rsa + p * csa] : 0.0f;
+      out += MR;
+    }
+  }
+}
+
+// One MR x NR tile of C (+)= packed A panel . packed B panel. A full tile goes straight to C; an
+// edge tile goes through `tile` and only its mr x nr valid part reaches C.
+static void micro(int kc, const float *a, const float *b, float *c, int ldc, int mr, int nr,
+                  int accumulate, float *tile) {
+  v128_t z = wasm_f32x4_splat(0.0f);
+  v128_t c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
+#if MR == 6
+  v128_t c40 = z, c41 = z, c50 = z, c51 = z;
+#endif
+  for (int p = 0; p < kc; p++) {
+    v128_t b0 = wasm_v128_load(b), b1 = wasm_v128_load(b + 4);
+    v128_t a0 = wasm_v128_load32_splat(a), a1 = wasm_v128_load32_splat(a + 1);
+    c00 = MADD(a0, b0, c00); c01 = MADD(a0, b1, c01);
+    c10 = MADD(a1, b0, c10); c11 = MADD(a1, b1, c11);
+    v128_t a2 = wasm_v128_load32_splat(a + 2), a3 = wasm_v128_load32_splat(a + 3);
+    c20 = MADD(a2, b0, c20); c21 = MADD(a2, b1, c21);
+    c30 = MADD(a3, b0, c30); c31 = MADD(a3, b1, c31);
+#if MR == 6
+    v128_t a4 = wasm_v128_load32_splat(a + 4), a5 = wasm_v128_load32_splat(a + 5);
+    c40 = MADD(a4, b0, c40); c41 = MADD(a4, b1, c41);
+    c50 = MADD(a5, b0, c50); c51 = MADD(a5, b1, c51);
+#endif
+    a += MR;
+    b += NR;
+  }
+  int full = mr == MR && nr == NR;
+  float *dst = full ? c : tile;
+  int ld = full ? ldc : NR;
+  int add = full && accumulate;
+#define ROW(r, lo, hi)                                                                \
+  do {                                                                                \
+    float *d = dst + (r) * ld;                                                        \
+    if (add) {                                                                        \
+      lo = wasm_f32x4_add(lo, wasm_v128_load(d));                                     \
+      hi = wasm_f32x4_add(hi, wasm_v128_load(d + 4));                                 \
+    }                                                                                 \
+    wasm_v128_store(d, lo);                                                           \
+    wasm_v128_store(d + 4, hi);                                                       \
+  } while (0)
+  ROW(0, c00, c01); ROW(1, c10, c11); ROW(2, c20, c21); ROW(3, c30, c31);
+#if MR == 6
+  ROW(4, c40, c41); ROW(5, c50, c51);
+#endif
+#undef ROW
+  if (!full) {
+    for (int r = 0; r < mr; r++)
+      for (int q = 0; q < nr; q++)
+        c[r * ldc + q] = accumulate ? c[r * ldc + q] + tile[r * NR + q] : tile[r * NR + q];
+  }
+}
+
+// A few rows of A (m < MR: a classifier or a linear layer at batch 1) against a B that is
+// contiguous along one of its dims: packing B would move more bytes than the product reads, so
+// stream B as it is. B row-major (csb == 1): each C row is a sum of B's rows scaled by A's
+// elements. B column-major (rsb == 1, a transposed weight, x @ W.T): each C element is a dot
+// product of two contiguous vectors. Both need A's rows contiguous (csa == 1).
+static void rows_b_rows(int m, int n, int k, const float *a, int rsa, const float *b, int rsb,
+                        float *c, int ldc) {
+  for (int i = 0; i < m; i++) {
+    const float *ai = a + i * rsa;
+    float *ci = c + i * ldc;
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+      v128_t s0 = wasm_f32x4_splat(0.0f), s1 = s0;
+      for (int p = 0; p < k; p++) {
+        v128_t x = wasm_v128_load32_splat(ai + p);
+        s0 = MADD(x, wasm_v128_load(b + p * rsb + j), s0);
+        s1 = MADD(x, wasm_v128_load(b + p * rsb + j + 4), s1);
+      }
+      wasm_v128_store(ci + j, s0);
+      wasm_v128_store(ci + j + 4, s1);
+    }
+    for (; j < n; j++) {
+      float s = 0.0f;
+      for (int p = 0; p < k; p++) s += ai[p] * b[p * rsb + j];
+      ci[j] = s;
+    }
+  }
+}
+
+static void rows_b_cols(int m, int n, int k, const float *a, int rsa, const float *b, int csb,
+                        float *c, int ldc) {
+  for (int i = 0; i < m; i++) {
+    const float *ai = a + i * rsa;
+    for (int j = 0; j < n; j++) {
+      const float *bj = b + j * csb;
+      v128_t s0 = wasm_f32x4_splat(0.0f), s1 = s0, s2 = s0, s3 = s0;
+      int p = 0;
+      for (; p + 16 <= k; p += 16) {
+        s0 = MADD(wasm_v128_load(ai + p), wasm_v128_load(bj + p), s0);
+        s1 = MADD(wasm_v128_load(ai + p + 4), wasm_v128_load(bj + p + 4), s1);
+        s2 = MADD(wasm_v128_load(ai + p + 8), wasm_v128_load(bj + p + 8), s2);
+        s3 = MADD(wasm_v128_load(ai + p + 12), wasm_v128_load(bj + p + 12), s3);
+      }
+      for (; p + 4 <= k; p += 4) s0 = MADD(wasm_v128_load(ai + p), wasm_v128_load(bj + p), s0);
+      v128_t s = wasm_f32x4_add(wasm_f32x4_add(s0, s1), wasm_f32x4_add(s2, s3));
+      float t = wasm_f32x4_extract_lane(s, 0) + wasm_f32x4_extract_lane(s, 1) +
+                wasm_f32x4_extract_lane(s, 2) + wasm_f32x4_extract_lane(s, 3);
+      for (; p < k; p++) t += ai[p] * bj[p];
+      c[i * ldc + j] = t;
+    }
+  }
+}
+
+// C[m, n] = A[m, k] . B[k, n], float32. A's element (i, p) is a[i*rsa + p*csa], B's (p, j)
+// b[p*rsb + j*csb], C's (i, j) c[i*ldc + j]. `work` holds work_len floats (sgemm_work_size).
+// Returns 0, or -1 (nothing written) when work is too small.
+EXPORT(sgemm) int sgemm(int m, int n, int k, const float *a, int rsa, int csa, const float *b,
+                        int rsb, int csb, float *c, int ldc, float *work, int work_len) {
+  if (m <= 0 || n <= 0) return 0;
+  if (work_len < sgemm_work_size(m, n, k)) return -1;
+  if (k <= 0) {
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++) c[i * ldc + j] = 0.0f;
+    return 0;
+  }
+  if (m < MR && csa == 1 && csb == 1) {
+    rows_b_rows(m, n, k, a, rsa, b, rsb, c, ldc);
+    return 0;
+  }
+  if (m < MR && csa == 1 && rsb == 1) {
+    rows_b_cols(m, n, k, a, rsa, b, csb, c, ldc);
+    return 0;
+  }
+  float *pb = work;
+  float *pa = pb + min_i(k, KC) * round_up(n, NR);
+  float *tile = pa + MC * KC;
+  for (int pc = 0; pc < k; pc += KC) {
+    int kc = min_i(KC, k - pc);
+    pack_b(kc, n, b + pc * rsb, rsb, csb, pb);
+    for (int ic = 0; ic < m; ic += MC) {
+      int mc = min_i(MC, m - ic);
+      pack_a(mc, kc, a + ic * rsa + pc * csa, rsa, csa, pa);
+      for (int jr = 0; jr < n; jr += NR) {
+        for (int ir = 0; ir < mc; ir += MR) {
+          micro(kc, pa + ir * kc, pb + jr * kc, c + (ic + ir) * ldc + jr, ldc,
+                min_i(MR, mc - ir), min_i(NR, n - jr), pc > 0, tile);
+        }
+      }
+    }
+  }
+  return 0;
+}

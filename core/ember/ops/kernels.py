@@ -1,0 +1,14 @@
+"""The inner loops the op table's NumPy implementations spend their time in, each behind one
+module-level name, so that a faster implementation can take over where NumPy is slow.
+
+Natively they stay NumPy's own (BLAS). Inside Pyodide, where NumPy has no BLAS and no SIMD (a
+float32 matmul runs at 1-3 GFLOP/s there), ember.backends.wasm rebinds them to WebAssembly SIMD
+kernels for the shapes where those win, and keeps NumPy for the rest. Callers look the name up
+at call time (`kernels.matmul(a, b)`), so a rebinding reaches every caller; ops stay named in
+the op table only.
+"""
+
+import numpy as np
+
+# matmul(a, b) -> a @ b with NumPy's broadcasting: the matmul op and the convolutions' GEMMs
+matmul = np.matmul

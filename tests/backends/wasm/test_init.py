@@ -1,0 +1,106 @@
+"""The routing in ember.backends.wasm. Natively NumPy keeps every GEMM and nothing is loaded;
+the wasm matmul's dispatch (which products it takes, the addresses and strides it passes for
+batched, broadcast and transposed inputs) is checked here with a NumPy stand-in for the kernel
+that works on the very addresses it is given. The kernel itself runs inside Pyodide against
+NumPy in e2e/test_pyodide_conformance.py."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from ember.backends import wasm
+from ember.ops import kernels
+
+as_strided = np.lib.stride_tricks.as_strided
+
+
+def test_natively_numpy_keeps_the_gemm():
+    assert kernels.matmul is np.matmul
+    assert wasm.variant() is None
+
+
+def test_loading_without_a_module_is_a_clear_oserror(monkeypatch, tmp_path):
+    monkeypatch.setattr(wasm, "HERE", tmp_path)
+    monkeypatch.setattr(wasm, "_lib", None)
+    with pytest.raises(OSError, match=r"missing \(build it: make kernels\)"):
+        wasm.load()
+
+
+def _at(ptr, shape, strides):
+    first = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(1,))
+    return as_strided(first, shape, strides)
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """wasm._call executed by NumPy at the raw addresses (the kernel's calling convention)."""
+    calls = []
+
+    def call(sa, sb, pa, pb, pc, m, n, k):
+        calls.append((m, n, k))
+        a, b = _at(pa, (m, k), sa), _at(pb, (k, n), sb)
+        _at(pc, (m, n), (4 * n, 4))[...] = a.astype(np.float64) @ b.astype(np.float64)
+
+    monkeypatch.setattr(wasm, "_call", call)
+    return calls
+
+
+rng = np.random.default_rng(9)
+
+
+def _pair(sa, sb, dtype=np.float32):
+    return rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
+
+
+@pytest.mark.parametrize("sa, sb", [
+    ((33, 130), (130, 17)),              # 2-D, sizes not multiples of 4
+    ((3, 1, 20, 30), (4, 30, 21)),       # batch broadcast both ways
+    ((1, 64, 27), (2, 1, 27, 45)),       # the convolution's [G, O, K] @ [N, G, K, P]
+    ((2, 64, 600), (600, 9)),            # a 2-D right side broadcast over a batch
+    ((1, 300), (300, 129)),              # one row (the kernel streams B)
+])
+def test_dispatch_matches_numpy(stand_in, sa, sb):
+    a, b = _pair(sa, sb)
+    got = wasm.matmul(a, b)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    assert stand_in and len(stand_in) == int(np.prod(ref.shape[:-2]))
+
+
+def test_transposed_and_sliced_views_go_zero_copy(stand_in):
+    a, b = _pair((40, 30), (50, 40))
+    a_t, b_t = a.T[::-1], b.T[:, ::2]  # [30, 40] reversed rows, [40, 25] every other column
+    np.testing.assert_allclose(wasm.matmul(a_t, b_t), a_t @ b_t, rtol=1e-4, atol=1e-4)
+    x = rng.standard_normal((3, 50, 40)).astype(np.float32).transpose(0, 2, 1)  # [3, 40, 50]
+    np.testing.assert_allclose(wasm.matmul(x, b), x @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("sa, sb, dtype", [
+    ((4, 4), (4, 4), np.float32),        # below the break-even size
+    ((64, 64), (64, 64), np.float64),    # float64: NumPy's
+    ((64, 64), (64, 64), np.int32),
+    ((64,), (64, 64), np.float32),       # a vector operand
+])
+def test_numpy_keeps_the_rest(stand_in, sa, sb, dtype):
+    a, b = _pair(sa, sb, dtype)
+    np.testing.assert_array_equal(wasm.matmul(a, b), np.matmul(a, b))
+    assert stand_in == []
+
+
+def test_shape_errors_are_numpys(stand_in):
+    a, b = _pair((64, 30), (31, 64))
+    with pytest.raises(ValueError, match="matmul"):
+        wasm.matmul(a, b)
+
+
+def test_install_routes_and_uninstall_restores(monkeypatch, stand_in):
+    monkeypatch.setattr(wasm, "load", lambda: "simd128")
+    monkeypatch.setattr(wasm, "_variant", "simd128")
+    try:
+        assert wasm.install() == "simd128"
+        assert kernels.matmul is wasm.matmul and wasm.variant() == "simd128"
+    finally:
+        wasm.uninstall()
+    assert kernels.matmul is np.matmul and wasm.variant() is None
