@@ -112,7 +112,7 @@ def _columns(x, kernel, stride, padding, dilation, out_hw, groups):
     view's own order, so it streams through memory)."""
     win = _windows(x, kernel, stride, padding, dilation, out_hw)
     cols = np.empty(win.shape, dtype=x.dtype)
-    np.copyto(cols, win)
+    kernels.copyto(cols, win)  # np.copyto, or a WebAssembly copy inside Pyodide
     n, c = x.shape[:2]
     return cols.reshape(n, groups, c // groups * kernel[0] * kernel[1], out_hw[0] * out_hw[1])
 
@@ -311,6 +311,9 @@ def _max_pool2d_indices_rule(xs, kernel, stride, padding, dilation, ceil_mode):
 def _max_pool2d_indices_np(x, kernel, stride, padding, dilation, ceil_mode):
     n, c, h, w = x.shape
     oh, ow = _max_pool2d_indices_rule(x.shape, kernel, stride, padding, dilation, ceil_mode)[2:]
+    fast = kernels.max_pool2d_indices(x, kernel, stride, padding, dilation, (oh, ow))
+    if fast is not None:  # inside Pyodide, a WebAssembly kernel (ops/kernels.py)
+        return fast if DEFAULT_INT == "int32" else fast.astype(DEFAULT_INT)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
     pads = ((ph, (oh - 1) * sh + dh * (kh - 1) + 1 - h - ph),
             (pw, (ow - 1) * sw + dw * (kw - 1) + 1 - w - pw))

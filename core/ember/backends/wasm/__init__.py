@@ -28,11 +28,14 @@ from ...ops import kernels
 HERE = Path(__file__).resolve().parent
 VARIANTS = ("relaxed", "simd128")  # the order they are tried in
 
-# Below this many multiply-adds (m*n*k) np.matmul is faster than a call through ctypes plus
-# the packing (measured in headless Chromium and Node, Pyodide 0.27.7: see bench/README.md).
-MIN_MACS = 4096
+# Below these sizes NumPy is faster than a call through ctypes (~10 us) plus the kernel
+# (measured in Node and headless Chromium, Pyodide 0.27.7: bench/README.md, "break-even").
+MIN_MACS = 8192      # multiply-adds (m*n*k) of one product
+MIN_COPY = 2048      # elements of a strided copy
+MIN_POOL = 256       # outputs of a max pooling
 
 _F32 = np.dtype(np.float32)
+_no_kernel = kernels.max_pool2d_indices  # ops.kernels' own: "no faster kernel here"
 _lib = None        # the loaded ctypes.CDLL, or None
 _variant = None    # which build it is
 _work = None       # the scratch array sgemm packs into (grown on demand, kept)
@@ -78,14 +81,17 @@ def variant():
 
 
 def install():
-    """Route float32 GEMMs to the kernels; the variant in use. Raises OSError if none loads."""
+    """Route float32 GEMMs, strided copies and max pooling to the kernels; the variant in use.
+    Raises OSError if none loads."""
     name = load()
-    kernels.matmul = matmul
+    kernels.matmul, kernels.copyto = matmul, copyto
+    kernels.max_pool2d_indices = max_pool2d_indices
     return name
 
 
 def uninstall():
-    kernels.matmul = np.matmul
+    kernels.matmul, kernels.copyto = np.matmul, np.copyto
+    kernels.max_pool2d_indices = _no_kernel
 
 
 def _workspace(floats):
@@ -146,4 +152,31 @@ def matmul(a, b):
             pb += v * sb[i]
             pc += v * so[i]
         _call(ra, rb, pa, pb, pc, m, n, k)
+    return out
+
+
+def copyto(dst, src):
+    """np.copyto(dst, src) for a C-contiguous float32 dst and a same-shaped float32 src (a
+    strided view of up to 6 dims) on the kernel; anything else by NumPy."""
+    if (dst.dtype != _F32 or src.dtype != _F32 or dst.shape != src.shape or src.ndim > 6
+            or dst.size < MIN_COPY or not dst.flags.c_contiguous
+            or any(s & 3 for s in src.strides)):
+        return np.copyto(dst, src)
+    pad = 6 - src.ndim
+    shape = (1,) * pad + src.shape
+    strides = (0,) * pad + tuple(s >> 2 for s in src.strides)
+    _lib.copy_strided(dst.ctypes.data, src.ctypes.data, *shape, *strides)
+
+
+def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
+    """max_pool2d_indices' int32 [N, C, OH, OW] for float32 x on the kernel, else None (NumPy's
+    implementation runs). The op's shape rule has checked the geometry already."""
+    n, c, h, w = x.shape
+    if x.dtype != _F32 or n * c * out_hw[0] * out_hw[1] < MIN_POOL or any(
+            s & 3 for s in x.strides):
+        return None
+    out = np.empty((n, c) + tuple(out_hw), np.int32)
+    s = [v >> 2 for v in x.strides]
+    _lib.max_pool2d_indices(x.ctypes.data, n, c, h, w, *s, *kernel, *stride, *padding,
+                            *dilation, *out_hw, out.ctypes.data)
     return out

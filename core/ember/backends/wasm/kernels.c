@@ -222,3 +222,62 @@ EXPORT(sgemm) int sgemm(int m, int n, int k, const float *a, int rsa, int csa, c
   }
   return 0;
 }
+
+// ---- strided copy (im2col) --------------------------------------------------------------------
+// dst (C-contiguous) = src, a strided float32 view of up to 6 dims (shape d0..d5, strides s0..s5
+// in elements, any sign): the convolutions' im2col copies their window view with it. NumPy's
+// copy of such a view runs a scalar loop per innermost row; this one streams the rows.
+EXPORT(copy_strided)
+void copy_strided(float *dst, const float *src, int d0, int d1, int d2, int d3, int d4, int d5,
+                  int s0, int s1, int s2, int s3, int s4, int s5) {
+  for (int i0 = 0; i0 < d0; i0++)
+    for (int i1 = 0; i1 < d1; i1++)
+      for (int i2 = 0; i2 < d2; i2++)
+        for (int i3 = 0; i3 < d3; i3++)
+          for (int i4 = 0; i4 < d4; i4++) {
+            const float *row = src + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4;
+            int j = 0;
+            if (s5 == 1) {
+              for (; j + 4 <= d5; j += 4) wasm_v128_store(dst + j, wasm_v128_load(row + j));
+            }
+            for (; j < d5; j++) dst[j] = row[j * s5];
+            dst += d5;
+          }
+}
+
+// ---- max pooling's indices ----------------------------------------------------------------------
+// out[N, C, OH, OW] (int32, C-contiguous) = the flat index (into H*W) of each window's maximum
+// over the real (unpadded) elements of x [N, C, H, W] (strides in elements), PyTorch's rule:
+// scan the window in order and take a value when it is larger or NaN, starting from the first
+// real element (so ties go to the first maximum, and the last NaN wins).
+EXPORT(max_pool2d_indices)
+void max_pool2d_indices(const float *x, int n, int c, int h, int w, int sn, int sc, int sh,
+                        int sw, int kh, int kw, int strh, int strw, int ph, int pw, int dh, int dw,
+                        int oh, int ow, int *out) {
+  for (int b = 0; b < n; b++)
+    for (int ch = 0; ch < c; ch++) {
+      const float *plane = x + b * sn + ch * sc;
+      for (int i = 0; i < oh; i++) {
+        int r0 = i * strh - ph;
+        for (int j = 0; j < ow; j++) {
+          int c0 = j * strw - pw;
+          float best = 0.0f;
+          int where = -1;
+          for (int u = 0; u < kh; u++) {
+            int r = r0 + u * dh;
+            if (r < 0 || r >= h) continue;
+            for (int v = 0; v < kw; v++) {
+              int q = c0 + v * dw;
+              if (q < 0 || q >= w) continue;
+              float val = plane[r * sh + q * sw];
+              if (where < 0 || val > best || val != val) {  // the first real one, even -inf
+                best = val;
+                where = r * w + q;
+              }
+            }
+          }
+          *out++ = where;
+        }
+      }
+    }
+}
