@@ -250,34 +250,80 @@ void copy_strided(float *dst, const float *src, int d0, int d1, int d2, int d3, 
 // over the real (unpadded) elements of x [N, C, H, W] (strides in elements), PyTorch's rule:
 // scan the window in order and take a value when it is larger or NaN, starting from the first
 // real element (so ties go to the first maximum, and the last NaN wins).
+
+// One output, any window (clipped at the borders).
+static int pool_one(const float *plane, int h, int w, int sh, int sw, int r0, int c0, int kh,
+                    int kw, int dh, int dw) {
+  float best = 0.0f;
+  int where = -1;
+  for (int u = 0; u < kh; u++) {
+    int r = r0 + u * dh;
+    if (r < 0 || r >= h) continue;
+    for (int v = 0; v < kw; v++) {
+      int q = c0 + v * dw;
+      if (q < 0 || q >= w) continue;
+      float val = plane[r * sh + q * sw];
+      if (where < 0 || val > best || val != val) {  // the first real one, even -inf
+        best = val;
+        where = r * w + q;
+      }
+    }
+  }
+  return where;
+}
+
+// Four neighbouring outputs whose windows lie inside the input: the same scan, branch-free,
+// one lane per output.
+static v128_t pool_four(const float *plane, int w, int sh, int sw, int r0, int c0, int kh, int kw,
+                        int dh, int dw, int step) {
+  int lane = step * sw;  // elements between the windows of neighbouring outputs
+  v128_t cols = wasm_i32x4_make(c0, c0 + step, c0 + 2 * step, c0 + 3 * step);
+  v128_t best = wasm_f32x4_splat(0.0f), where = wasm_i32x4_splat(0);
+  for (int u = 0; u < kh; u++) {
+    int r = r0 + u * dh;
+    for (int v = 0; v < kw; v++) {
+      const float *p = plane + r * sh + (c0 + v * dw) * sw;
+      v128_t val = wasm_f32x4_make(p[0], p[lane], p[2 * lane], p[3 * lane]);
+      v128_t pos = wasm_i32x4_add(cols, wasm_i32x4_splat(r * w + v * dw));
+      if (u == 0 && v == 0) {
+        best = val;
+        where = pos;
+      } else {
+        v128_t take = wasm_v128_or(wasm_f32x4_gt(val, best), wasm_f32x4_ne(val, val));
+        best = wasm_v128_bitselect(val, best, take);
+        where = wasm_v128_bitselect(pos, where, take);
+      }
+    }
+  }
+  return where;
+}
+
 EXPORT(max_pool2d_indices)
 void max_pool2d_indices(const float *x, int n, int c, int h, int w, int sn, int sc, int sh,
                         int sw, int kh, int kw, int strh, int strw, int ph, int pw, int dh, int dw,
                         int oh, int ow, int *out) {
+  // the outputs j in [j_lo, j_hi) have windows inside the input's columns
+  int j_lo = (pw + strw - 1) / strw;
+  int j_hi = (w - 1 - (kw - 1) * dw + pw) / strw + 1;
+  if (j_hi > ow) j_hi = ow;
+  if (w - 1 - (kw - 1) * dw + pw < 0) j_hi = 0;
   for (int b = 0; b < n; b++)
     for (int ch = 0; ch < c; ch++) {
       const float *plane = x + b * sn + ch * sc;
       for (int i = 0; i < oh; i++) {
         int r0 = i * strh - ph;
-        for (int j = 0; j < ow; j++) {
-          int c0 = j * strw - pw;
-          float best = 0.0f;
-          int where = -1;
-          for (int u = 0; u < kh; u++) {
-            int r = r0 + u * dh;
-            if (r < 0 || r >= h) continue;
-            for (int v = 0; v < kw; v++) {
-              int q = c0 + v * dw;
-              if (q < 0 || q >= w) continue;
-              float val = plane[r * sh + q * sw];
-              if (where < 0 || val > best || val != val) {  // the first real one, even -inf
-                best = val;
-                where = r * w + q;
-              }
-            }
-          }
-          *out++ = where;
+        int inside = r0 >= 0 && r0 + (kh - 1) * dh < h;
+        int j = 0;
+        if (inside) {
+          for (; j < j_lo && j < ow; j++)
+            out[j] = pool_one(plane, h, w, sh, sw, r0, j * strw - pw, kh, kw, dh, dw);
+          for (; j + 4 <= j_hi; j += 4)
+            wasm_v128_store(out + j, pool_four(plane, w, sh, sw, r0, j * strw - pw, kh, kw, dh,
+                                               dw, strw));
         }
+        for (; j < ow; j++)
+          out[j] = pool_one(plane, h, w, sh, sw, r0, j * strw - pw, kh, kw, dh, dw);
+        out += ow;
       }
     }
 }

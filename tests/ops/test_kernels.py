@@ -1,0 +1,136 @@
+"""ember.ops.kernels: the inner loops behind matmul, the convolutions and max pooling, on
+random shapes above the WebAssembly kernels' break-even sizes, sizes that are not multiples of
+the kernels' tiles (4, 6, 8), transposed and broadcast operands, padding, strides, dilation.
+
+In CPython they are NumPy's own; inside Pyodide (e2e/test_pyodide_conformance.py runs this file
+there) NdArray has routed them to the WebAssembly SIMD kernels, so the same cases check those
+kernels against NumPy references: float64 NumPy for products and convolutions (float64 never
+leaves NumPy), and ember's NumPy implementation for max pooling's indices (exact)."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from ember import Tensor
+from ember.backend import Autodiff, NdArray
+from ember.nn import functional as F
+from ember.ops import kernels
+
+PYODIDE = sys.platform == "emscripten"
+rng = np.random.default_rng(20261130)
+
+
+def test_the_kernels_are_on_exactly_inside_pyodide():
+    from ember.backends import wasm
+    if PYODIDE:
+        assert wasm.variant() in ("relaxed", "simd128")
+        assert kernels.matmul is wasm.matmul and kernels.copyto is wasm.copyto
+    else:
+        assert wasm.variant() is None and kernels.matmul is np.matmul
+
+
+def _f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _close(got, ref, k):
+    # float32 products of k terms: rounding grows ~sqrt(k); relaxed SIMD may fuse multiply-adds
+    np.testing.assert_allclose(got, ref, rtol=2e-5 * np.sqrt(k) + 1e-5,
+                               atol=2e-5 * np.sqrt(k) * max(1.0, float(np.abs(ref).max())))
+
+
+MATMULS = [((m, k), (k, n)) for m, k, n in (
+    (1, 3136, 128), (1, 37, 130), (3, 129, 67), (5, 64, 64), (7, 300, 9), (13, 17, 31),
+    (33, 130, 17), (64, 288, 196), (121, 255, 10), (130, 513, 50), (257, 3, 70))] + [
+    ((3, 1, 20, 30), (4, 30, 21)), ((1, 64, 27), (2, 1, 27, 45)), ((2, 64, 600), (600, 9)),
+    ((6, 45, 33), (6, 33, 19))]
+
+
+@pytest.mark.parametrize("sa, sb", MATMULS, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("layout", ["rows", "transposed"])
+def test_matmul(sa, sb, layout):
+    a, b = _f32(*sa), _f32(*sb)
+    if layout == "transposed":  # the same values through transposed views (x @ W.T, ...)
+        a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
+        b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    got = kernels.matmul(a, b)
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    _close(got, ref, sa[-1])
+    out = (Tensor.from_data(a) @ Tensor.from_data(b)).to_numpy()  # through the op table
+    _close(out, ref, sa[-1])
+
+
+def test_matmul_sliced_and_reversed_views():
+    a, b = _f32(90, 70), _f32(61, 140)
+    a, b = a[::-2, 3:64], b[:, ::-3].T  # [45, 61], [47, 61] -> b.T [61, 47]
+    _close(kernels.matmul(a, b.T), a.astype(np.float64) @ b.T.astype(np.float64), 61)
+
+
+def test_special_values_propagate():
+    a, b = _f32(20, 40), _f32(40, 30)
+    a[3, 5], b[7, 2] = np.nan, np.inf
+    ref, got = a.astype(np.float64) @ b.astype(np.float64), kernels.matmul(a, b)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
+
+
+CONVS = [  # x shape, weight shape, stride, padding, dilation, groups
+    ((1, 1, 28, 28), (32, 1, 3, 3), 1, 1, 1, 1),
+    ((1, 32, 14, 14), (64, 32, 3, 3), 1, 1, 1, 1),
+    ((1, 3, 61, 59), (16, 3, 3, 3), 2, 0, 1, 1),
+    ((2, 16, 15, 13), (24, 16, 1, 1), 1, 0, 1, 1),
+    ((1, 12, 19, 17), (18, 4, 3, 5), (2, 1), (2, 1), (1, 2), 3),
+    ((1, 7, 23, 21), (9, 7, 5, 3), 1, 2, 2, 1),
+]
+
+
+@pytest.mark.parametrize("xs, ws, stride, padding, dilation, groups", CONVS,
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_conv2d_and_its_gradients(xs, ws, stride, padding, dilation, groups):
+    x, w = _f32(*xs), _f32(*ws)
+    args = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    k = ws[1] * ws[2] * ws[3]
+
+    def run(dtype):
+        b = Autodiff(NdArray())
+        xt = Tensor.from_data(x.astype(dtype), backend=b).require_grad()
+        wt = Tensor.from_data(w.astype(dtype), backend=b).require_grad()
+        y = F.conv2d(xt, wt, **args)
+        g = np.cos(np.arange(y.numel())).reshape(y.shape).astype(dtype)
+        grads = (y * Tensor.from_data(g, backend=b)).sum().backward()
+        return y.to_numpy(), xt.grad(grads).to_numpy(), wt.grad(grads).to_numpy()
+
+    for got, ref in zip(run(np.float32), run(np.float64)):
+        _close(got, ref, k * 4)
+
+
+POOLS = [  # x shape, kernel, stride, padding, dilation, ceil_mode
+    ((1, 32, 28, 28), 2, 2, 0, 1, False),
+    ((1, 64, 111, 111), 3, 2, 0, 1, True),
+    ((2, 5, 17, 19), 3, 1, 1, 1, False),
+    ((1, 6, 23, 13), (3, 2), (2, 3), (1, 1), (2, 1), True),
+    ((1, 3, 9, 30), (1, 4), (1, 3), (0, 2), 1, False),
+]
+
+
+@pytest.mark.parametrize("xs, kernel, stride, padding, dilation, ceil_mode", POOLS,
+                         ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+@pytest.mark.parametrize("values", ["random", "ties", "nan_inf", "transposed"])
+def test_max_pool2d_indices(monkeypatch, xs, kernel, stride, padding, dilation, ceil_mode,
+                            values):
+    x = _f32(*xs)
+    if values != "random":
+        x = np.round(x)  # many ties: the first maximum of a window wins
+    if values == "nan_inf":
+        x[x == 1], x[x == -1] = np.nan, -np.inf
+    if values == "transposed":
+        x = np.ascontiguousarray(x.swapaxes(2, 3)).swapaxes(2, 3)
+    args = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
+                ceil_mode=ceil_mode, return_indices=True)
+    out, idx = (t.to_numpy() for t in F.max_pool2d(Tensor.from_data(x), **args))
+    monkeypatch.setattr(kernels, "max_pool2d_indices", lambda *a: None)  # NumPy's path
+    ref_out, ref_idx = (t.to_numpy() for t in F.max_pool2d(Tensor.from_data(x), **args))
+    np.testing.assert_array_equal(idx, ref_idx)
+    np.testing.assert_array_equal(out, ref_out)
