@@ -279,6 +279,7 @@ def inference(ctx):
                               ember_min=min(r["times"]), reference_min=min(o["times"]),
                               repeat=len(r["times"]), reference_repeat=len(o["times"]),
                               first_ms=r["first_ms"], max_rel_diff=diff, agree=agree,
+                              kernels=r.get("kernels"),
                               model=model, backend=backend, threads=threads,
                               ort_threads_reported=o.get("threads"),
                               isolated=o.get("isolated"),
@@ -298,7 +299,9 @@ def summarize(rows):
             seen.add((r["model"], r["backend"]))
             lines.append(f"{r['model']} ember {r['backend']}: output vs ORT max |diff|/max|ref| "
                          f"{r['max_rel_diff']:.1e} ({'agrees' if r['agree'] else 'DISAGREES'}); "
-                         f"{r['repeat']} timed runs, first call {r['first_ms']:.0f} ms")
+                         f"{r['repeat']} timed runs, first call {r['first_ms']:.0f} ms"
+                         + (f"; WebAssembly kernels: {r['kernels'] or 'off (NumPy)'}"
+                            if r["backend"] == "cpu" else ""))
     for r in rows:
         if r.get("threads") == 2 and r.get("backend") == "cpu":
             lines.append(f"{r['model']} ORT: numThreads {r['ort_threads_reported']}, "

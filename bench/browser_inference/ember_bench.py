@@ -57,6 +57,7 @@ async def bench(model, backend_name, x_b64, shape, warmup, runs, budget_s, weigh
         t0 = time.perf_counter()
         await once()
         times.append((time.perf_counter() - t0) * 1e3)
+    from ember.backends import wasm  # which WebAssembly kernels NdArray runs on (None: NumPy)
     print("RESULT" + json.dumps({"output": base64.b64encode(
         np.ascontiguousarray(out, dtype=np.float32).tobytes()).decode(),
-        "times": times, "first_ms": first_ms}))
+        "times": times, "first_ms": first_ms, "kernels": wasm.variant()}))

@@ -28,11 +28,14 @@ from ...ops import kernels
 HERE = Path(__file__).resolve().parent
 VARIANTS = ("relaxed", "simd128")  # the order they are tried in
 
-# Below these sizes NumPy is faster than a call through ctypes (~10 us) plus the kernel
-# (measured in Node and headless Chromium, Pyodide 0.27.7: bench/README.md, "break-even").
-MIN_MACS = 8192      # multiply-adds (m*n*k) of one product
-MIN_COPY = 2048      # elements of a strided copy
-MIN_POOL = 256       # outputs of a max pooling
+# Below these sizes NumPy is faster than a call through ctypes (~10-13 us) plus the kernel.
+# Measured in Node 20, Pyodide 0.27.7 (medians; headless Chromium is alike):
+#   GEMM m=n=k:         20^3 NumPy 5.8 us, wasm 12.3;  24^3 8.6 / 12.7;  32^3 18.7 / 13.5
+#   im2col copy 3x3:    4608 elements NumPy 10.4 us, wasm 13.3;  9216: 19.7 / 15.4
+#   max-pool indices:   NumPy's path costs ~130 us at any size (13 array passes); wasm ~10
+MIN_MACS = 20000     # multiply-adds (m*n*k) of one product
+MIN_COPY = 8192      # elements of a strided copy
+MIN_POOL = 1         # outputs of a max pooling: always
 
 _F32 = np.dtype(np.float32)
 _no_kernel = kernels.max_pool2d_indices  # ops.kernels' own: "no faster kernel here"
