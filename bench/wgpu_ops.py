@@ -14,17 +14,19 @@ that both sides compute the same values. On lavapipe (a CPU pretending to be a G
 expected to lose to NumPy: these numbers track the backend's own overheads.
 
 Measured 2026-11-30, `python bench/wgpu_ops.py --gpu` on one NVIDIA H200 (Vulkan, driver
-580.159.04, wgpu-py 0.32.0; PyTorch 2.11 with TF32 off as the reference):
+580.159.04, wgpu-py 0.32.0; PyTorch 2.11 with TF32 off as the reference), two runs in a row:
 
-    dispatch: tiny add, chained          |       14.4 us/op | -
-    add 268435456 float32                |        4022 GB/s | torch 4353 GB/s
-    gelu_custom 268435456 float32        |         701 GB/s | torch 776 GB/s
-    matmul 1024^3 fp32 (max err 2.3e-04) |      9.2 TFLOP/s | cuBLAS 35.7 TFLOP/s (0.26x)
-    matmul 2048^3 fp32 (max err 4.7e-04) |     25.3 TFLOP/s | cuBLAS 50.0 TFLOP/s (0.51x)
-    matmul 4096^3 fp32 (max err 1.0e-03) |     27.0 TFLOP/s | cuBLAS 51.0 TFLOP/s (0.53x)
+    dispatch: tiny add, chained          |  14.0 / 20.0 us/op | -
+    add 268435456 float32                |  4039 / 4033 GB/s  | torch 4354 / 4340 GB/s
+    gelu_custom 268435456 float32        |   699 / 710 GB/s   | torch 777 / 773 GB/s
+    matmul 1024^3 fp32 (max err 2.3e-04) | 18.9 / 18.1 TFLOP/s | cuBLAS 36.4 / 36.1 (0.52x / 0.50x)
+    matmul 2048^3 fp32 (max err 4.7e-04) | 40.7 / 39.6 TFLOP/s | cuBLAS 50.0 / 49.5 (0.81x / 0.80x)
+    matmul 4096^3 fp32 (max err 1.0e-03) | 43.3 / 43.3 TFLOP/s | cuBLAS 51.3 / 51.2 (0.84x / 0.85x)
 
-(gelu_custom: five kernels, bytes counted once, as for torch's five; matmul_tiled.wgsl. The
-vec4 kernel without workgroup memory gave 23.4 TFLOP/s at 4096.) And `python
+(gelu_custom: five kernels, bytes counted once, as for torch's five; matmul_tiled.wgsl: BK=32,
+2-D workgroup tiles, the k loop unrolled; its earlier form (BK=16, a `for` loop) gave 27.0
+TFLOP/s at 4096 (0.53x), the vec4 kernel without workgroup memory 23.4. At 1024^3 the 64
+workgroups of 128x128 leave half of the 132 SMs idle.) And `python
 bench/wgpu_ops.py` on lavapipe (2 shared cores, LLVM 15):
 
     dispatch: tiny add, chained |       25.2 us/op | -
@@ -181,9 +183,10 @@ def _clock(fn, repeat, inner):
 
 def _wgpu_time(backend, fn, repeat=5, inner=10):
     """Seconds per call of fn on Wgpu: `inner` calls recorded back to back, then one sync
-    (at least 0.2 s of them, so that the sync's own cost stays out of the number)."""
-    fn()
-    backend.sync()
+    (at least 0.2 s of them, so that the sync's own cost stays out of the number), after 0.5 s
+    of warm-up: on the H200 the first calls of a fresh process (new 1 GiB buffers, clocks
+    ramping up) ran an add at 1.8-2.7 TB/s, the same kernel 4.1 TB/s a second later."""
+    _warm_up(fn, backend.sync)
     start = time.perf_counter()
     fn()
     backend.sync()
@@ -198,10 +201,18 @@ def _wgpu_time(backend, fn, repeat=5, inner=10):
     return best
 
 
+def _warm_up(fn, sync, seconds=0.5):
+    start = time.perf_counter()
+    while True:
+        fn()
+        sync()
+        if time.perf_counter() - start > seconds:
+            return
+
+
 def _torch_time(fn, repeat=5, inner=10):
     import torch
-    fn()
-    torch.cuda.synchronize()
+    _warm_up(fn, torch.cuda.synchronize)
     best = math.inf
     for _ in range(repeat):
         start = time.perf_counter()

@@ -1,12 +1,24 @@
 // Batched matrix product for row-major operands on GPUs: C = A @ B with K and N multiples of 4
 // and 16-byte aligned rows (as matmul_vec4.wgsl). A workgroup of 16x16 invocations computes a
-// 128x128 tile of C. Per step of BK=16 along k it stages a 128x16 tile of A (transposed) and a
-// 16x128 tile of B in workgroup memory (16 KiB) while the next step's tiles are already being
+// 128x128 tile of C. Per step of BK=32 along k it stages a 128x32 tile of A (transposed) and a
+// 32x128 tile of B in workgroup memory (32 KiB) while the next step's tiles are already being
 // loaded into registers; each invocation accumulates an 8x8 block of C (rows ty*4.., 64+ty*4..,
 // columns tx*4.., 64+tx*4..: neighbouring invocations read neighbouring vec4s, no bank
-// conflicts) from 4 vec4 reads per k (64 FMAs), in 16 accumulators named one by one (an
-// array indexed in a loop would be placed in local memory by some drivers). Loads past the edges read zeros; stores past
-// them are dropped. T: f32 or i32.
+// conflicts) from 4 vec4 reads per k (64 FMAs), in 16 accumulators named one by one (an array
+// indexed in a loop would be placed in local memory by some drivers). Loads past the edges
+// read zeros; stores past them are dropped. T: f32 or i32.
+//
+// Measured on an NVIDIA H200 (bench/wgpu_ops.py --gpu has the table), 4096^3: 43.3 TFLOP/s,
+// 0.84x cuBLAS fp32. What mattered, against this kernel's earlier form (BK=16, 1-D tiles, a
+// `for` loop over k: 27.0 TFLOP/s): the tiles as 2-D arrays indexed [k][column] (the bounds
+// clamp WebGPU adds to each workgroup-array index then depends on the column alone and leaves
+// the loop), the k loop unrolled (left to the driver, the same loop ran 23% slower), BK=32
+// (half the barriers) -- 32.5 TFLOP/s with those alone -- then this text: edges handled in
+// load_a/load_b (a value returned from a branch, not a zeroed register overwritten in one)
+// and the store indices hoisted out of the loop: 43.3 (which of the two gave the most was
+// not isolated). Splitting
+// the loads so that A is stored as vec4s (no scalar stores), or double-buffering the tiles
+// at BK=16, gained nothing.
 //
 // info: as matmul_vec4.wgsl.
 //! include views.wgsl
@@ -15,12 +27,26 @@
 @group(1) @binding(1) var<storage, read> lhs: array<vec4<${T}>>;
 @group(1) @binding(2) var<storage, read> rhs: array<vec4<${T}>>;
 
-const BM = 128;
-const BN = 128;
-const BK = 16;
+const BK = 32;
 
-var<workgroup> tile_a: array<vec4<${T}>, 512>;  // [BK][BM / 4]: A transposed
-var<workgroup> tile_b: array<vec4<${T}>, 512>;  // [BK][BN / 4]
+var<workgroup> tile_a: array<array<vec4<${T}>, 32>, BK>;  // [k][m / 4]: A transposed
+var<workgroup> tile_b: array<array<vec4<${T}>, 32>, BK>;  // [k][n / 4]
+
+// vec4 column `col` of an A row (at `row`, a vec4 index), or zeros past the edges
+fn load_a(row: i32, ok: bool, col: i32, k4: i32) -> vec4<${T}> {
+    if (ok && col < k4) {
+        return lhs[row + col];
+    }
+    return vec4<${T}>();
+}
+
+// row `k` of B at vec4 column `col`, or zeros past the edges
+fn load_b(col: i32, ok: bool, k: i32, K: i32, brs: i32) -> vec4<${T}> {
+    if (ok && k < K) {
+        return rhs[col + k * brs];
+    }
+    return vec4<${T}>();
+}
 
 @compute @workgroup_size(16, 16)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -46,32 +72,32 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let tx = i32(lid.x);
     let ty = i32(lid.y);
     let t = ty * 16 + tx;
-    let m0 = i32(wid.y) * BM;
-    let n0 = i32(wid.x) * BN;
-    // staged by this invocation: A rows lr and lr + 64 (vec4 column lc of the k step),
-    // B rows brow and brow + 8 (vec4 column bc)
-    let lr = t / 4;
-    let lc = t % 4;
+    let m0 = i32(wid.y) * 128;
+    let n0 = i32(wid.x) * 128;
+    // staged by this invocation: A rows lr, lr + 32, lr + 64, lr + 96 (vec4 column lc of the
+    // k step), B rows brow, brow + 8, brow + 16, brow + 24 (vec4 column bc)
+    let lr = t / 8;
+    let lc = t % 8;
     let brow = t / 32;
     let bc = t % 32;
     let a_row0 = a0 / 4 + min(m0 + lr, M - 1) * ars;
-    let a_row1 = a0 / 4 + min(m0 + lr + 64, M - 1) * ars;
+    let a_row1 = a0 / 4 + min(m0 + lr + 32, M - 1) * ars;
+    let a_row2 = a0 / 4 + min(m0 + lr + 64, M - 1) * ars;
+    let a_row3 = a0 / 4 + min(m0 + lr + 96, M - 1) * ars;
     let a_ok0 = m0 + lr < M;
-    let a_ok1 = m0 + lr + 64 < M;
+    let a_ok1 = m0 + lr + 32 < M;
+    let a_ok2 = m0 + lr + 64 < M;
+    let a_ok3 = m0 + lr + 96 < M;
     let b_col = b0 / 4 + min(n0 / 4 + bc, n4 - 1);
     let b_ok = n0 / 4 + bc < n4;
-    var pa0 = vec4<${T}>();
-    var pa1 = vec4<${T}>();
-    var pb0 = vec4<${T}>();
-    var pb1 = vec4<${T}>();
-    if (lc < k4) {
-        if (a_ok0) { pa0 = lhs[a_row0 + lc]; }
-        if (a_ok1) { pa1 = lhs[a_row1 + lc]; }
-    }
-    if (b_ok) {
-        if (brow < K) { pb0 = rhs[b_col + brow * brs]; }
-        if (brow + 8 < K) { pb1 = rhs[b_col + (brow + 8) * brs]; }
-    }
+    var pa0 = load_a(a_row0, a_ok0, lc, k4);
+    var pa1 = load_a(a_row1, a_ok1, lc, k4);
+    var pa2 = load_a(a_row2, a_ok2, lc, k4);
+    var pa3 = load_a(a_row3, a_ok3, lc, k4);
+    var pb0 = load_b(b_col, b_ok, brow, K, brs);
+    var pb1 = load_b(b_col, b_ok, brow + 8, K, brs);
+    var pb2 = load_b(b_col, b_ok, brow + 16, K, brs);
+    var pb3 = load_b(b_col, b_ok, brow + 24, K, brs);
     var acc00 = vec4<${T}>();
     var acc01 = vec4<${T}>();
     var acc10 = vec4<${T}>();
@@ -88,43 +114,48 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     var acc61 = vec4<${T}>();
     var acc70 = vec4<${T}>();
     var acc71 = vec4<${T}>();
+    let ma = lr / 4;
+    let mc = lr % 4;
     for (var kt = 0; kt < K; kt += BK) {
         // registers -> workgroup memory (A transposed: k-major)
-        let ma = lr / 4;
-        let mc = lr % 4;
-        tile_a[(lc * 4 + 0) * 32 + ma][mc] = pa0.x;
-        tile_a[(lc * 4 + 1) * 32 + ma][mc] = pa0.y;
-        tile_a[(lc * 4 + 2) * 32 + ma][mc] = pa0.z;
-        tile_a[(lc * 4 + 3) * 32 + ma][mc] = pa0.w;
-        tile_a[(lc * 4 + 0) * 32 + 16 + ma][mc] = pa1.x;
-        tile_a[(lc * 4 + 1) * 32 + 16 + ma][mc] = pa1.y;
-        tile_a[(lc * 4 + 2) * 32 + 16 + ma][mc] = pa1.z;
-        tile_a[(lc * 4 + 3) * 32 + 16 + ma][mc] = pa1.w;
-        tile_b[brow * 32 + bc] = pb0;
-        tile_b[(brow + 8) * 32 + bc] = pb1;
+        tile_a[lc * 4 + 0][ma][mc] = pa0.x;
+        tile_a[lc * 4 + 1][ma][mc] = pa0.y;
+        tile_a[lc * 4 + 2][ma][mc] = pa0.z;
+        tile_a[lc * 4 + 3][ma][mc] = pa0.w;
+        tile_a[lc * 4 + 0][ma + 8][mc] = pa1.x;
+        tile_a[lc * 4 + 1][ma + 8][mc] = pa1.y;
+        tile_a[lc * 4 + 2][ma + 8][mc] = pa1.z;
+        tile_a[lc * 4 + 3][ma + 8][mc] = pa1.w;
+        tile_a[lc * 4 + 0][ma + 16][mc] = pa2.x;
+        tile_a[lc * 4 + 1][ma + 16][mc] = pa2.y;
+        tile_a[lc * 4 + 2][ma + 16][mc] = pa2.z;
+        tile_a[lc * 4 + 3][ma + 16][mc] = pa2.w;
+        tile_a[lc * 4 + 0][ma + 24][mc] = pa3.x;
+        tile_a[lc * 4 + 1][ma + 24][mc] = pa3.y;
+        tile_a[lc * 4 + 2][ma + 24][mc] = pa3.z;
+        tile_a[lc * 4 + 3][ma + 24][mc] = pa3.w;
+        tile_b[brow][bc] = pb0;
+        tile_b[brow + 8][bc] = pb1;
+        tile_b[brow + 16][bc] = pb2;
+        tile_b[brow + 24][bc] = pb3;
         workgroupBarrier();
         // the next step's tiles, loaded while this one is multiplied
         let kn = kt + BK;
-        pa0 = vec4<${T}>();
-        pa1 = vec4<${T}>();
-        pb0 = vec4<${T}>();
-        pb1 = vec4<${T}>();
-        if (kn < K) {
-            let col = kn / 4 + lc;
-            if (col < k4) {
-                if (a_ok0) { pa0 = lhs[a_row0 + col]; }
-                if (a_ok1) { pa1 = lhs[a_row1 + col]; }
-            }
-            if (b_ok) {
-                if (kn + brow < K) { pb0 = rhs[b_col + (kn + brow) * brs]; }
-                if (kn + brow + 8 < K) { pb1 = rhs[b_col + (kn + brow + 8) * brs]; }
-            }
-        }
-        for (var k = 0; k < BK; k++) {
-            let p = tile_a[k * 32 + ty];
-            let q = tile_a[k * 32 + 16 + ty];
-            let u = tile_b[k * 32 + tx];
-            let w = tile_b[k * 32 + 16 + tx];
+        let col = kn / 4 + lc;
+        pa0 = load_a(a_row0, a_ok0, col, k4);
+        pa1 = load_a(a_row1, a_ok1, col, k4);
+        pa2 = load_a(a_row2, a_ok2, col, k4);
+        pa3 = load_a(a_row3, a_ok3, col, k4);
+        pb0 = load_b(b_col, b_ok, kn + brow, K, brs);
+        pb1 = load_b(b_col, b_ok, kn + brow + 8, K, brs);
+        pb2 = load_b(b_col, b_ok, kn + brow + 16, K, brs);
+        pb3 = load_b(b_col, b_ok, kn + brow + 24, K, brs);
+        //! unroll k 32
+        {
+            let p = tile_a[#k][ty];
+            let q = tile_a[#k][16 + ty];
+            let u = tile_b[#k][tx];
+            let w = tile_b[#k][16 + tx];
             acc00 += p.x * u;
             acc01 += p.x * w;
             acc10 += p.y * u;
@@ -142,6 +173,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             acc70 += q.w * u;
             acc71 += q.w * w;
         }
+        //! end unroll
         workgroupBarrier();
     }
     let base = (z * M * N) / 4;

@@ -145,6 +145,32 @@ def test_matmul_shapes_and_ints():
     np.testing.assert_array_equal((t(i, "int32") @ t(i.T, "int32")).to_numpy(), i @ i.T)
 
 
+
+@pytest.mark.parametrize("kernel", ["scalar", "vec4", "tiled"])
+def test_every_matmul_kernel_on_edges_batches_and_views(monkeypatch, kernel):
+    """Each kernel forced (a CPU adapter would pick vec4): sizes across the 128x128 tiles and
+    the BK=32 steps of matmul_tiled.wgsl, broadcast batches, an operand at an offset."""
+    monkeypatch.setenv("EMBER_WGPU_MATMUL", kernel)
+    rng = np.random.default_rng(4)
+    for (m, k, n) in [(4, 4, 4), (129, 36, 132), (130, 68, 260), (3, 100, 8)]:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        np.testing.assert_allclose((t(a) @ t(b)).to_numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    a = rng.standard_normal((2, 1, 40, 36)).astype(np.float32)
+    b = rng.standard_normal((3, 36, 132)).astype(np.float32)
+    np.testing.assert_allclose((t(a) @ t(b)).to_numpy(), a @ b, rtol=1e-4, atol=1e-4)
+    whole = rng.standard_normal((9, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 36)).astype(np.float32)
+    np.testing.assert_allclose((t(whole)[1:] @ t(b)).to_numpy(), whole[1:] @ b, rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_shader_unroll_directive():
+    from ember.backends.wgpu import kernels
+    text = kernels._unroll("a\n    //! unroll i 3\n    x[#i] += #i;\n    //! end unroll\nb\n")
+    assert text == "a\n    x[0] += 0;\n    x[1] += 1;\n    x[2] += 2;\nb\n"
+    assert "#k" not in kernels.source("matmul_tiled.wgsl")
+
 # ---- buffers: reuse of unshared inputs, the pool, exclusive memory ----------------------------
 def test_a_chain_of_temporaries_reuses_one_buffer():
     x = t(rand(64, 64))

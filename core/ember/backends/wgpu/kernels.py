@@ -3,7 +3,10 @@ the op table's expressions, and the per-device cache of compiled pipelines.
 
 Shaders are read from `ember/shaders` inside the wheel, or from the repository's top-level
 `shaders/` in an editable install. A line `//! include NAME.wgsl` pulls in another file once;
-`${FIELD}` marks a field the host fills (string.Template). Kernels are keyed by what changes
+lines between `//! unroll NAME COUNT` and `//! end unroll` are repeated COUNT times with `#NAME`
+replaced by 0, 1, ... (WGSL has no unroll hint, and a driver that leaves a hot loop rolled keeps
+its index arithmetic and bounds clamps inside it); `${FIELD}` marks a field the host fills
+(string.Template). Kernels are keyed by what changes
 their code (op, dtypes, where the scalars are), never by shapes: shapes, strides and scalars
 travel in `info`, so a model compiles a handful of kernels once.
 """
@@ -31,6 +34,13 @@ def _shader_dir():
 SHADERS = _shader_dir()
 _SOURCES = {}
 _INCLUDE = re.compile(r"^//! include (\S+)\s*$", re.M)
+_UNROLL = re.compile(r"^[ \t]*//! unroll (\w+) (\d+)[ \t]*\n(.*?)^[ \t]*//! end unroll[ \t]*\n",
+                     re.M | re.S)
+
+
+def _unroll(text):
+    return _UNROLL.sub(lambda m: "".join(
+        m.group(3).replace("#" + m.group(1), str(i)) for i in range(int(m.group(2)))), text)
 
 
 def _f32(c):
@@ -72,7 +82,7 @@ def source(name, extra_dirs=()):
                 raise FileNotFoundError(f"shader {n} not found in {[*extra_dirs, SHADERS]}")
             if n == "lib.wgsl":
                 body = string.Template(body).substitute(ERF=_erf_body())
-            return _INCLUDE.sub(lambda m: expand(m.group(1)), body)
+            return _INCLUDE.sub(lambda m: expand(m.group(1)), _unroll(body))
 
         text = _SOURCES[key] = expand(name)
     return text
