@@ -62,9 +62,32 @@ def _erf32(x, out):
     return out
 
 
+# erf and GELU are chains of ~25 NumPy passes: run over a whole activation, every pass streams
+# megabytes of temporaries through memory; block by block, the temporaries of a block stay in
+# the CPU's cache (2-3x faster on the MNIST model's activations; 32768 elements measured best)
+_BLOCK = 1 << 15
+
+
+def _blocked(fn, x, out):
+    """fn(x, out) computed block by block over contiguous x and out (else in one piece)."""
+    n = x.size
+    if n <= 2 * _BLOCK or not x.flags.c_contiguous or (
+            out is not None and not out.flags.c_contiguous):
+        return fn(x, out)
+    result = np.empty(x.shape, dtype=x.dtype) if out is None else out
+    xs, rs = x.reshape(-1), result.reshape(-1)
+    for i in range(0, n, _BLOCK):
+        fn(xs[i:i + _BLOCK], rs[i:i + _BLOCK])
+    return result
+
+
 def gelu(x, out=None):
-    """x * (1 + erf(x / sqrt(2))) / 2, the exact GELU, with one temporary."""
-    c = erf(x * x.dtype.type(0.7071067811865476))
+    """x * (1 + erf(x / sqrt(2))) / 2, the exact GELU."""
+    return _blocked(_gelu, x, out)
+
+
+def _gelu(x, out):
+    c = _erf(x * x.dtype.type(0.7071067811865476), None)
     c += 1
     c *= x
     c *= 0.5
@@ -75,6 +98,10 @@ def gelu(x, out=None):
 
 
 def erf(x, out=None):
+    return _blocked(_erf, x, out)
+
+
+def _erf(x, out):
     if x.dtype == np.float32:
         return _erf32(x, out)
     shape = x.shape
