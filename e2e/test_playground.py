@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from conftest import run_code, wait_ready
 
+from ember import site
+
 
 def gelu_reference(values):
     a = np.asarray(values, dtype=np.float64)
@@ -123,3 +125,28 @@ def test_pyscript_page_runs_ember_offline(page):
     page.goto(page.base + "demos/pyscript/")
     page.wait_for_function("() => document.querySelector('#status').textContent === 'ready'")
     assert "gelu_custom(x) = Tensor(shape=[2, 3]" in page.text_content("#output")
+
+
+def test_a_second_visit_asks_nothing_of_the_pinned_runtime(browser, server, tmp_path):
+    """The runtime's files come from the browser's cache on a warm visit, not even revalidated.
+    A profile on disk, as a user's browser has (an in-memory cache drops the 8 MB .wasm; the
+    `page` fixture routes requests, which turns the cache off); OFFLINE_ARGS still keep every
+    request on 127.0.0.1."""
+    context = browser.browser_type.launch_persistent_context(
+        str(tmp_path / "profile"), executable_path=site.chromium_path(), headless=True,
+        args=site.CHROMIUM_ARGS + site.OFFLINE_ARGS)
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(120_000)
+        pg.base = server.url
+        server.reset_counts()
+        assert wait_ready(pg) == "ready"
+        first = [p for p, _ in server.answered if site.is_pinned(p)]
+        assert any(p.endswith("pyodide.asm.wasm") for p in first), first
+        time.sleep(1.0)  # the cache entries are written
+        server.reset_counts()
+        assert wait_ready(pg) == "ready"
+        assert [a for a in server.answered if site.is_pinned(a[0])] == []
+        assert server.answered, "the page itself is revalidated"
+    finally:
+        context.close()

@@ -40,3 +40,13 @@ def test_pages_and_runtime_are_in_place(site_dir):
     assert not (site_dir / "web" / "tools").exists()  # build-time scripts are not served
     examples = json.loads((site_dir / "playground" / "examples.json").read_text())
     assert examples[0]["name"] == "gelu_custom"
+
+
+def test_the_runtime_is_pinned_and_ember_js_points_there(site_dir):
+    info = json.loads((site_dir / "build-info.json").read_text())
+    pinned = site_dir / info["pinned_runtime"]
+    files = sorted(p.name for p in (site_dir / "pyodide").iterdir() if p.is_file())
+    assert sorted(p.name for p in pinned.iterdir()) == files
+    for name in files:  # the same files (hard links), not copies
+        assert (pinned / name).stat().st_ino == (site_dir / "pyodide" / name).stat().st_ino
+    assert f'"../{info["pinned_runtime"]}"' in (site_dir / "web" / "ember.js").read_text()

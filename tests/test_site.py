@@ -113,6 +113,46 @@ def test_server_headers_mime_types_and_revalidation(served):
     assert served.url.startswith("http://127.0.0.1:")
 
 
+
+def test_the_pinned_runtime_is_cached_for_good_and_the_rest_revalidated(served, tmp_path):
+    runtime = tmp_path / "pyodide"
+    runtime.mkdir()
+    (runtime / "pyodide.mjs").write_text("export {};")
+    (runtime / "pyodide-lock.json").write_text("{}")
+    tag = site.pin_runtime(runtime)
+    assert sorted(p.name for p in (runtime / tag).iterdir()) == ["pyodide-lock.json",
+                                                                 "pyodide.mjs"]
+    assert (runtime / tag / "pyodide.mjs").stat().st_ino == (runtime / "pyodide.mjs").stat().st_ino
+    with urllib.request.urlopen(f"{served.url}pyodide/{tag}/pyodide.mjs") as r:
+        assert r.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+        assert r.read() == b"export {};"
+    with urllib.request.urlopen(served.url + "pyodide/pyodide.mjs") as r:
+        assert r.headers["Cache-Control"] == "no-cache"
+    # the tag follows the content: a changed file is a new folder, never a changed URL
+    (runtime / "pyodide-lock.json").write_text('{"packages": {}}')
+    assert site.pin_runtime(runtime) != tag
+    assert site.is_pinned(f"/pyodide/{tag}/x.whl") and not site.is_pinned("/pyodide/x.whl")
+    assert not site.is_pinned("/pyodide/not-a-hex-tag!!/x") and not site.is_pinned("/web/a.js")
+
+
+def test_ember_js_is_pointed_at_the_pinned_runtime(tmp_path):
+    ember_js = tmp_path / "ember.js"
+    ember_js.write_text((ROOT / "web" / "ember.js").read_text())
+    site.point_at_pinned(ember_js, "0123456789abcdef")
+    assert 'new URL("../pyodide/0123456789abcdef/", import.meta.url)' in ember_js.read_text()
+    with pytest.raises(site.SiteError, match="default indexURL"):
+        site.point_at_pinned(ember_js, "0123456789abcdef")  # already pinned: nothing to rewrite
+
+
+def test_connections_are_kept_alive(served):
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", served.server_address[1])
+    for _ in range(3):  # three requests on one connection
+        conn.request("GET", "/m.mjs")
+        r = conn.getresponse()
+        assert r.status == 200 and r.read() == b"export {};"
+    conn.close()
+
 def test_examples_are_ordered_and_titled():
     examples = site.playground_examples(EXAMPLES)
     assert [e["name"] for e in examples][:2] == ["gelu_custom", "autodiff"]

@@ -16,6 +16,7 @@
 import { boot, CDN_URL, PYODIDE_VERSION } from "./boot.js";
 
 export { CDN_URL, PYODIDE_VERSION };
+// `ember site` rewrites this URL to the build's pinned runtime, ../pyodide/<tag>/ (site.py)
 export const DEFAULT_INDEX_URL = new URL("../pyodide/", import.meta.url).href;
 
 async function emberWheelURL() {

@@ -260,6 +260,46 @@ def _copytree(src, dst, ignore=()):
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", *ignore))
 
 
+# The runtime again under a content-addressed name, pyodide/<tag>/ (hard links: no copy on
+# disk). Its URLs never change meaning, so the server lets the browser keep those files for good
+# and a warm visit asks for none of them (with no-cache, each of ~15 files cost a revalidation
+# round trip on the boot's critical path). pyodide/ keeps its stable, revalidated URLs for pages
+# that name it; web/ember.js, revalidated itself, is pointed at the pinned folder.
+PIN_MARK = 'new URL("../pyodide/", import.meta.url)'
+
+
+def pin_runtime(site_pyodide):
+    """Hard-link every file of `site_pyodide` into site_pyodide/<tag>/; returns the tag (16 hex
+    digits of the sha256 over the files' names and contents)."""
+    files = sorted(p for p in site_pyodide.iterdir() if p.is_file())
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}\0{sha256(f)}\n".encode())
+    tag = h.hexdigest()[:16]
+    pinned = site_pyodide / tag
+    pinned.mkdir()
+    for f in files:
+        try:
+            os.link(f, pinned / f.name)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(f, pinned / f.name)
+    return tag
+
+
+def point_at_pinned(ember_js, tag):
+    text = ember_js.read_text()
+    if text.count(PIN_MARK) != 1:
+        raise SiteError(f"{ember_js}: expected one `{PIN_MARK}` (the default indexURL) to pin")
+    ember_js.write_text(text.replace(PIN_MARK, f'new URL("../pyodide/{tag}/", import.meta.url)'))
+
+
+def is_pinned(url_path):
+    """A URL path inside a pinned runtime folder, /pyodide/<16 hex digits>/..."""
+    parts = url_path.split("?")[0].split("/")
+    return (len(parts) > 3 and parts[1] == "pyodide" and len(parts[2]) == 16
+            and all(c in "0123456789abcdef" for c in parts[2]))
+
+
 def _pages(out):
     """(url, title) of every page of the built site but the landing page."""
     pages = []
@@ -364,7 +404,10 @@ def build_site(out, root=None, fast_start=True, log=print):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(tar.extractfile(m).read())
 
+    tag = pin_runtime(site_pyodide)
+    techniques += ["the runtime pinned under a content-addressed folder, cached for good"]
     _copytree(root / "web", out / "web", ignore=("tools", "README.md"))
+    point_at_pinned(out / "web" / "ember.js", tag)
     demos = root / "demos"
     if (demos / "playground").is_dir():
         _copytree(demos / "playground", out / "playground", ignore=("examples",))
@@ -377,7 +420,8 @@ def build_site(out, root=None, fast_start=True, log=print):
             "pyodide": PYODIDE_VERSION, "pyscript": PYSCRIPT_VERSION,
             "packages": {n: {"file_name": e["file_name"], "sha256": e["sha256"],
                              "official_sha256": official.get(n)} for n, e in packages.items()},
-            "techniques": techniques, "fast_start": fast_start}
+            "pinned_runtime": f"pyodide/{tag}/", "techniques": techniques,
+            "fast_start": fast_start}
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
     return info
@@ -386,8 +430,12 @@ def build_site(out, root=None, fast_start=True, log=print):
 # ---- serving ---------------------------------------------------------------------------------
 class Handler(SimpleHTTPRequestHandler):
     """Static files with the MIME types Pyodide needs, COOP/COEP (cross-origin isolation, for
-    workers and SharedArrayBuffer) and cheap revalidation (ETag + no-cache: a rebuilt wheel is
-    never served stale, an unchanged one costs a 304)."""
+    workers and SharedArrayBuffer), kept-alive connections (HTTP/1.1: a boot's ~25 requests
+    would otherwise open as many connections), cheap revalidation (ETag + no-cache: a rebuilt
+    wheel is never served stale, an unchanged one costs a 304) and no revalidation at all for
+    the pinned runtime (pin_runtime: its content never changes under a URL)."""
+
+    protocol_version = "HTTP/1.1"
 
     extensions_map = {**SimpleHTTPRequestHandler.extensions_map,
                       ".wasm": "application/wasm", ".mjs": "text/javascript",
@@ -415,7 +463,10 @@ class Handler(SimpleHTTPRequestHandler):
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
         self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
         self.send_header("Cross-Origin-Resource-Policy", "same-origin")
-        self.send_header("Cache-Control", "no-cache")
+        if is_pinned(self.path):
+            self.send_header("Cache-Control", "public, max-age=31536000, immutable")
+        else:
+            self.send_header("Cache-Control", "no-cache")
         if self._etag:
             self.send_header("ETag", self._etag)
         super().end_headers()
@@ -425,19 +476,25 @@ class Handler(SimpleHTTPRequestHandler):
         self.server.count(self.path, os.fstat(source.fileno()).st_size - source.tell())
         shutil.copyfileobj(source, outputfile, 1 << 16)
 
+    def log_request(self, code="-", size="-"):
+        self.server.note(self.path, code)
+        super().log_request(code, size)
+
     def log_message(self, format, *args):
         if self.server.verbose:
             super().log_message(format, *args)
 
 
 class SiteServer(ThreadingHTTPServer):
-    """Serves one folder on 127.0.0.1; counts the bytes of every response body."""
+    """Serves one folder on 127.0.0.1; counts the bytes of every response body (`requests`:
+    (path, bytes)) and notes every request answered (`answered`: (path, status), 304s too)."""
 
     daemon_threads = True
 
     def __init__(self, folder, port=0, verbose=False):
         self.folder, self.verbose = str(folder), verbose
-        self.bytes_sent, self.requests, self._lock = 0, [], threading.Lock()
+        self.bytes_sent, self.requests, self.answered = 0, [], []
+        self._lock = threading.Lock()
         super().__init__(("127.0.0.1", port),
                          lambda *a, **kw: Handler(*a, directory=self.folder, **kw))
 
@@ -450,9 +507,13 @@ class SiteServer(ThreadingHTTPServer):
             self.bytes_sent += sent
             self.requests.append((path, sent))
 
+    def note(self, path, status):
+        with self._lock:
+            self.answered.append((path, int(status) if str(status).isdigit() else status))
+
     def reset_counts(self):
         with self._lock:
-            self.bytes_sent, self.requests = 0, []
+            self.bytes_sent, self.requests, self.answered = 0, [], []
 
     def start(self):
         """Serve from a daemon thread; returns self."""
