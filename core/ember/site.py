@@ -40,7 +40,7 @@ RUNTIME_FILES = ("pyodide.mjs", "pyodide.js", "pyodide.asm.js", "pyodide.asm.was
 # (hypothesis after 6.155 ships compiled wheels only: this is the newest pure-Python one.)
 TEST_WHEELS = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "pygments==2.21.0",
                "hypothesis==6.155.7", "sortedcontainers==2.4.0")
-PRECOMPILE_VERSION = "1"  # bump when web/tools/precompile.mjs changes what it writes
+PRECOMPILE_VERSION = "2"  # bump when web/tools/precompile.mjs changes what it writes
 
 
 class SiteError(RuntimeError):
@@ -243,7 +243,8 @@ def precompiled_release(root, cache, stock_dir, lock, names, log=print):
 def precompiled_ember(root, cache, pyodide_dir, wheel, log=print):
     """ember's wheel with __pycache__/*.pyc beside its sources (tracebacks keep their lines);
     cached by the wheel's sha256, so an unchanged checkout needs no Node run."""
-    target = Path(cache) / "precompiled-ember" / sha256(wheel)[:16] / wheel.name
+    target = (Path(cache) / "precompiled-ember" / f"{PRECOMPILE_VERSION}-{sha256(wheel)[:16]}"
+              / wheel.name)
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")

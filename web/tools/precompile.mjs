@@ -14,7 +14,7 @@ const { loadPyodide } = await import(pathToFileURL(path.join(job.indexURL, "pyod
 const py = await loadPyodide({ indexURL: job.indexURL, stdout: () => {}, stderr: (s) => console.error(s) });
 
 const COMPILE = String.raw`
-import base64, csv, hashlib, importlib.util, io, sys, zipfile
+import base64, csv, hashlib, importlib.util, io, sys, zipfile, zlib
 from importlib._bootstrap_external import _code_to_hash_pyc
 
 TAG = sys.implementation.cache_tag
@@ -33,7 +33,10 @@ def compile_archive(src, dst, kind, keep_source):
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
         def put(info, name, data):
             out = zipfile.ZipInfo(name, date_time=info.date_time)
-            out.compress_type = zipfile.ZIP_DEFLATED
+            # a member deflate barely shrinks (model weights, .wasm) is stored: every start
+            # unpacks the wheel in the page, and inflating 3 MB of weights cost ~25 ms there
+            shrinks = len(data) <= 4096 or len(zlib.compress(data, 6)) < 0.9 * len(data)
+            out.compress_type = zipfile.ZIP_DEFLATED if shrinks else zipfile.ZIP_STORED
             out.external_attr = info.external_attr
             zout.writestr(out, data)
             written[name] = data
