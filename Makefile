@@ -58,11 +58,12 @@ e2e: $(STAMP) deps
 kernels: $(STAMP) deps
 	$(BIN)/python -m ember.backends.wasm.build
 
-site: $(STAMP)
+site: $(STAMP) deps
 	$(BIN)/ember site --out build/site
 
-# Builds the site into build/site and serves it on http://127.0.0.1:8000/ (Ctrl-C stops it).
-demo: $(STAMP)
+# Builds the site into build/site and serves it on http://127.0.0.1:8000/ (Ctrl-C stops it). The
+# build needs Node/npm (Pyodide, precompiling) and clang-19 (the WebAssembly kernels): deps.
+demo: $(STAMP) deps
 	$(BIN)/ember demo
 
 bench: $(STAMP)
