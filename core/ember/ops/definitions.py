@@ -39,8 +39,9 @@ def _gelu_grad(g, y, x):
     # where y / x loses its digits (0 / 0, subnormals), Phi's series 1/2 + x / sqrt(2 pi) is
     # exact to the dtype's precision (the next term, x^3 / 15, is below half an ulp)
     small = 1e-3 if x.dtype == "float32" else 1e-6
-    cdf = (y / x).mask_where(x.abs() < small, x * _INV_SQRT_2PI + 0.5)
-    return (g * (cdf + x * (x * x * -0.5).exp() * _INV_SQRT_2PI),)
+    x2, xs = x * x, x * _INV_SQRT_2PI  # each read twice
+    cdf = (y / x).mask_where(x2 < small * small, xs + 0.5)
+    return (g * (cdf + xs * (x2 * -0.5).exp()),)
 
 
 # GELU is a primitive although erf is one: as a composite it costs 5 passes forward and ~8
