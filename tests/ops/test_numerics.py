@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from ember.ops.numerics import erf
+from ember.ops import numerics
+from ember.ops.numerics import erf, gelu
 
 BOUND = {np.float32: 4e-7, np.float64: 2e-15}
 exact_erf = np.vectorize(math.erf, otypes=[float])
@@ -102,3 +103,30 @@ def test_erf_of_0d_arrays(dtype):
         assert isinstance(got, np.ndarray) and got.shape == () and got.dtype == dtype
         want = math.erf(float(dtype(value)))
         assert abs(float(got) - want) <= BOUND[dtype] * abs(want)
+
+
+# GELU: float32 has its own rescaled rational function (numerics._gelu32), float64 goes
+# through erf; both run block by block over large arrays
+exact_gelu = np.vectorize(lambda v: v * (1 + math.erf(v / math.sqrt(2))) / 2, otypes=[float])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_matches_exact_within_conformance_tolerance(dtype):
+    x = np.concatenate([np.linspace(-12, 12, 240_001), [0.0, 1e-30, -1e-30, 5.6568, -5.6569]])
+    got = gelu(x.astype(dtype)).astype(np.float64)
+    want = exact_gelu(x.astype(dtype).astype(np.float64))
+    rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-12, 1e-14)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_blocks_and_out_match_one_piece(dtype, monkeypatch):
+    x = np.random.default_rng(0).standard_normal((3, 50_000)).astype(dtype)
+    blocked = gelu(x)
+    out = x.copy()
+    assert gelu(out, out=out) is out
+    np.testing.assert_array_equal(out, blocked)
+    monkeypatch.setattr(numerics, "_BLOCK", 1 << 40)
+    np.testing.assert_array_equal(gelu(x), blocked)
+    assert gelu(np.array(0.0, dtype)).shape == ()
+    assert np.signbit(gelu(np.array(-0.0, dtype)))
