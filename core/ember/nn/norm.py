@@ -59,7 +59,7 @@ class _BatchNorm(Module):
                 raise ShapeError(f"{type(self).__name__}: expected more than 1 value per channel "
                                  f"when training, got input shape {list(x.shape)}")
             mean = x.mean_dim(dims)
-            xc = x - mean
+            xc = x + -mean  # not x - mean: the gradient reaching mean is negated after the sum
             var = (xc * xc).mean_dim(dims)
             if self.training and self.track_running_stats:
                 self._update(mean, var, n)

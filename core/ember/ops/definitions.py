@@ -125,8 +125,18 @@ def _extreme_grad(g, y, x, dims):
     return (g * hit / hit.sum_dim(dims),)
 
 
-op("sum", REDUCE, lambda x, dims: np.add.reduce(x, axis=dims, keepdims=True, dtype=x.dtype),
-         "sum", lambda g, y, x, dims: (g.expand(x.shape),), dtypes=_NUMBERS)
+def _sum_np(x, dims):
+    if 0 in dims and len(dims) > 1:
+        # the leading dim first, as whole planes added one after another, then the rest of
+        # one plane: NumPy given (0, 2, 3) of [N, C, H, W] at once (batch norm, bias
+        # gradients) runs ~2x slower
+        rest = tuple(d - 1 for d in dims if d != 0)
+        first = np.add.reduce(x, axis=0, dtype=x.dtype)
+        return np.add.reduce(first, axis=rest, keepdims=True, dtype=x.dtype)[None]
+    return np.add.reduce(x, axis=dims, keepdims=True, dtype=x.dtype)
+
+
+op("sum", REDUCE, _sum_np, "sum", lambda g, y, x, dims: (g.expand(x.shape),), dtypes=_NUMBERS)
 op("max", REDUCE, lambda x, dims: np.maximum.reduce(x, axis=dims, keepdims=True), "max",
          _extreme_grad, saves=(0, "out"), shape=_nonempty("max"))
 op("min", REDUCE, lambda x, dims: np.minimum.reduce(x, axis=dims, keepdims=True), "min",
