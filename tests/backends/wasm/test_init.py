@@ -57,6 +57,8 @@ def _pair(sa, sb, dtype=np.float32):
     ((33, 130), (130, 17)),              # 2-D, sizes not multiples of 4
     ((3, 1, 20, 50), (4, 50, 21)),       # batch broadcast both ways
     ((1, 64, 27), (2, 1, 27, 45)),       # the convolution's [G, O, K] @ [N, G, K, P]
+    ((1, 64, 27), (1, 1, 27, 45)),       # ... at batch 1: one GEMM on the matrices' views
+    ((1, 1, 40, 30), (30, 50)),          # batch dims of 1 on the left only
     ((2, 64, 600), (600, 9)),            # a 2-D right side broadcast over a batch
     ((1, 300), (300, 129)),              # one row (the kernel streams B)
 ])

@@ -283,7 +283,14 @@ static v128_t pool_four(const float *plane, int w, int sh, int sw, int r0, int c
     int r = r0 + u * dh;
     for (int v = 0; v < kw; v++) {
       const float *p = plane + r * sh + (c0 + v * dw) * sw;
-      v128_t val = wasm_f32x4_make(p[0], p[lane], p[2 * lane], p[3 * lane]);
+      v128_t val;
+      if (lane == 1) {
+        val = wasm_v128_load(p);
+      } else if (lane == 2) {  // stride 2 (most pools): p[0, 2, 4, 6] from two loads, none past p[6]
+        val = wasm_i32x4_shuffle(wasm_v128_load(p), wasm_v128_load(p + 3), 0, 2, 5, 7);
+      } else {
+        val = wasm_f32x4_make(p[0], p[lane], p[2 * lane], p[3 * lane]);
+      }
       v128_t pos = wasm_i32x4_add(cols, wasm_i32x4_splat(r * w + v * dw));
       if (u == 0 && v == 0) {
         best = val;
