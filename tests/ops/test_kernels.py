@@ -14,6 +14,7 @@ import pytest
 
 from ember import Tensor
 from ember.backend import Autodiff, NdArray
+from ember.errors import ShapeError
 from ember.nn import functional as F
 from ember.ops import kernels
 
@@ -26,6 +27,7 @@ def test_the_kernels_are_on_exactly_inside_pyodide():
     if PYODIDE:
         assert wasm.variant() in ("relaxed", "simd128")
         assert kernels.matmul is wasm.matmul and kernels.copyto is wasm.copyto
+        assert kernels.take is wasm.take and kernels.where is wasm.where
     else:
         assert wasm.variant() is None and kernels.matmul is np.matmul
 
@@ -43,7 +45,8 @@ def _close(got, ref, k):
 MATMULS = [((m, k), (k, n)) for m, k, n in (
     (1, 3136, 128), (1, 37, 130), (3, 129, 67), (5, 64, 64), (7, 300, 9), (13, 17, 31),
     (33, 130, 17), (64, 288, 196), (121, 255, 10), (130, 513, 50), (257, 3, 70))] + [
-    ((3, 1, 20, 30), (4, 30, 21)), ((1, 64, 27), (2, 1, 27, 45)), ((2, 64, 600), (600, 9)),
+    ((3, 1, 20, 30), (4, 30, 21)), ((1, 64, 27), (2, 1, 27, 45)), ((1, 64, 27), (1, 1, 27, 45)),
+    ((2, 64, 600), (600, 9)),
     ((6, 45, 33), (6, 33, 19))]
 
 
@@ -134,3 +137,28 @@ def test_max_pool2d_indices(monkeypatch, xs, kernel, stride, padding, dilation, 
     ref_out, ref_idx = (t.to_numpy() for t in F.max_pool2d(Tensor.from_data(x), **args))
     np.testing.assert_array_equal(idx, ref_idx)
     np.testing.assert_array_equal(out, ref_out)
+
+
+@pytest.mark.parametrize("n", [4096, 5003, 70001])
+def test_gather_on_a_flat_array(n):
+    x = _f32(n)
+    x[::11] = np.nan
+    idx = rng.integers(0, n, n + 5).astype(np.int32)
+    got = Tensor.from_data(x).gather(0, Tensor.from_data(idx)).to_numpy()
+    np.testing.assert_array_equal(got, x[idx])
+    for bad in (n, -1):  # the kernel refuses them, the NumPy path words the error
+        idx[n // 2] = bad
+        with pytest.raises(ShapeError, match=f"index {bad} is out of range for dim 0 of size {n}"):
+            Tensor.from_data(x).gather(0, Tensor.from_data(idx))
+
+
+@pytest.mark.parametrize("value", [0, 1, -2.5, 0.1, float("inf"), float("nan")])
+@pytest.mark.parametrize("shape", [(4096,), (3, 50, 71), (1, 64, 33, 33)])
+def test_mask_where_with_a_scalar(shape, value):
+    x = _f32(*shape)
+    x.reshape(-1)[::13] = np.nan
+    mask = x <= 0
+    got = Tensor.from_data(x).mask_where(Tensor.from_data(mask), value).to_numpy()
+    np.testing.assert_array_equal(got, np.where(mask, value, x).astype(np.float32))
+    relu = Tensor.from_data(x).relu().to_numpy()
+    np.testing.assert_array_equal(relu, np.where(x <= 0, np.float32(0), x))

@@ -271,6 +271,10 @@ def _gather_rule(shape, ishape, dim):
 
 
 def _gather_np(x, idx, dim):
+    if x.ndim == 1:  # inside Pyodide a WebAssembly kernel, bounds checked in the same pass
+        fast = kernels.take(x, idx)
+        if fast is not None:
+            return fast
     _check_index("gather", idx, x.shape[dim], dim)
     return np.take_along_axis(x, idx, axis=dim)
 
@@ -352,7 +356,7 @@ def _mask_where_grad(g, y, x, mask, value):
 
 def _mask_where_np(x, mask, value, out=None):
     if out is None:
-        return np.where(mask, value, x).astype(x.dtype, copy=False)
+        return kernels.where(mask, value, x).astype(x.dtype, copy=False)
     np.copyto(out, value, where=mask)
     return out
 

@@ -18,6 +18,17 @@ matmul = np.matmul
 copyto = np.copyto
 
 
+# where(mask, value, x): np.where with a Python scalar value (mask_where's select: ReLU)
+where = np.where
+
+
+def take(x, idx):
+    """x[idx] for a 1-D x (a gather along a flat array: max pooling's values) computed by a
+    faster kernel, or None: no faster kernel here, or an index out of range (the caller's own
+    path runs and reports it)."""
+    return None
+
+
 def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
     """max_pool2d_indices' int32 result [N, C, OH, OW] computed by a faster kernel, or None:
     no faster kernel here (the NumPy implementation in ops/nn.py runs)."""

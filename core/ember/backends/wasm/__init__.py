@@ -36,10 +36,15 @@ VARIANTS = ("relaxed", "simd128")  # the order they are tried in
 MIN_MACS = 20000     # multiply-adds (m*n*k) of one product
 MIN_COPY = 8192      # elements of a strided copy
 MIN_POOL = 1         # outputs of a max pooling: always
+MIN_FLAT = 4096      # elements of a gather or a select (NumPy runs either a scalar at a time,
+                     # ~1-2 ns an element, plus a pass per bounds check)
 
 _F32 = np.dtype(np.float32)
 _BYTE = ctypes.c_byte
 _no_kernel = kernels.max_pool2d_indices  # ops.kernels' own: "no faster kernel here"
+_no_take = kernels.take
+_BOOL = np.dtype(np.bool_)
+_I32 = np.dtype(np.int32)
 _lib = None        # the loaded ctypes.CDLL, or None
 _variant = None    # which build it is
 _work = None       # the scratch array sgemm packs into (grown on demand, kept)
@@ -77,7 +82,10 @@ def _warm_up():
     # between calls, not inside one): tier every kernel up now, on small inputs (~1 ms)
     a = np.ones((64, 64), _F32)
     x = np.ones((1, 4, 16, 16), _F32)
+    flat, mask, idx = a.reshape(-1), a > 0, np.arange(4096, dtype=np.int32)
     for _ in range(3):
+        take(flat, idx)
+        where(mask, 0, a)
         _gemm(a, a)
         _gemm(a[:1], a)
         _gemm(a[:1], a.T)
@@ -97,12 +105,14 @@ def install():
     name = load()
     kernels.matmul, kernels.copyto = matmul, copyto
     kernels.max_pool2d_indices = max_pool2d_indices
+    kernels.take, kernels.where = take, where
     return name
 
 
 def uninstall():
     kernels.matmul, kernels.copyto = np.matmul, np.copyto
     kernels.max_pool2d_indices = _no_kernel
+    kernels.take, kernels.where = _no_take, np.where
 
 
 def _addr(x):
@@ -207,4 +217,32 @@ def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
     s = [v >> 2 for v in x.strides]
     _lib.max_pool2d_indices(_addr(x), n, c, h, w, *s, *kernel, *stride, *padding,
                             *dilation, *out_hw, _new_addr(out))
+    return out
+
+
+def take(x, idx):
+    """x[idx] for a contiguous 1-D float32 x and contiguous int32 indices on the kernel; None
+    for anything else, or when an index is out of range (the caller's path reports it)."""
+    n = idx.size
+    if (x.dtype != _F32 or idx.dtype != _I32 or x.ndim != 1 or n < MIN_FLAT
+            or not (x.flags.c_contiguous and idx.flags.c_contiguous)):
+        return None
+    out = np.empty(idx.shape, _F32)
+    if _lib.take_f32(_new_addr(out), _addr(x), x.size, _addr(idx), n):
+        return None
+    return out
+
+
+def where(mask, value, x):
+    """np.where(mask, value, x) for a float32 x, a bool mask of its shape (both contiguous) and
+    a Python number that float32 holds exactly, on the kernel; anything else by NumPy."""
+    if (x.dtype != _F32 or mask.dtype != _BOOL or x.shape != mask.shape or x.size < MIN_FLAT
+            or type(value) not in (int, float)
+            or not (x.flags.c_contiguous and mask.flags.c_contiguous)):
+        return np.where(mask, value, x)
+    v = np.float32(value)
+    if v != value and value == value:  # not exactly a float32 (NaN is): NumPy's own rounding
+        return np.where(mask, value, x)
+    out = np.empty(x.shape, _F32)
+    _lib.select_f32(_new_addr(out), _addr(mask), int(v.view(np.int32)), _addr(x), x.size)
     return out

@@ -272,37 +272,68 @@ static int pool_one(const float *plane, int h, int w, int sh, int sw, int r0, in
   return where;
 }
 
-// Four neighbouring outputs whose windows lie inside the input: the same scan, branch-free,
-// one lane per output.
-static v128_t pool_four(const float *plane, int w, int sh, int sw, int r0, int c0, int kh, int kw,
-                        int dh, int dw, int step) {
-  int lane = step * sw;  // elements between the windows of neighbouring outputs
-  v128_t cols = wasm_i32x4_make(c0, c0 + step, c0 + 2 * step, c0 + 3 * step);
-  v128_t best = wasm_f32x4_splat(0.0f), where = wasm_i32x4_splat(0);
-  for (int u = 0; u < kh; u++) {
-    int r = r0 + u * dh;
-    for (int v = 0; v < kw; v++) {
-      const float *p = plane + r * sh + (c0 + v * dw) * sw;
-      v128_t val;
-      if (lane == 1) {
-        val = wasm_v128_load(p);
-      } else if (lane == 2) {  // stride 2 (most pools): p[0, 2, 4, 6] from two loads, none past p[6]
-        val = wasm_i32x4_shuffle(wasm_v128_load(p), wasm_v128_load(p + 3), 0, 2, 5, 7);
-      } else {
-        val = wasm_f32x4_make(p[0], p[lane], p[2 * lane], p[3 * lane]);
+#define INLINE static inline __attribute__((always_inline))
+
+// The values of one window element for four neighbouring outputs, `lane` floats apart.
+INLINE v128_t four_apart(const float *p, int lane) {
+  if (lane == 1) return wasm_v128_load(p);
+  if (lane == 2)  // stride 2 (most pools): p[0, 2, 4, 6] from two loads, none past p[6]
+    return wasm_i32x4_shuffle(wasm_v128_load(p), wasm_v128_load(p + 3), 0, 2, 5, 7);
+  return wasm_f32x4_make(p[0], p[lane], p[2 * lane], p[3 * lane]);
+}
+
+// A window element taken where it is larger or NaN: the running maxima and their positions.
+#define POOL_STEP(val, pos, best, where)                                            \
+  do {                                                                              \
+    v128_t take_ = wasm_v128_or(wasm_f32x4_gt(val, best), wasm_f32x4_ne(val, val)); \
+    best = wasm_v128_bitselect(val, best, take_);                                   \
+    where = wasm_v128_bitselect(pos, where, take_);                                 \
+  } while (0)
+
+// One row of outputs of one plane (output row starting at input row r0, its windows inside the
+// input's rows). Outputs [j_lo, j_hi) have windows inside the columns too: eight, then four at
+// a time, one lane per output, branch-free (two independent chains keep the engine busy);
+// the rest one by one. `lane` (step * sw) is a constant where the caller specialises it.
+INLINE void pool_row(const float *plane, int h, int w, int sh, int sw, int r0, int kh, int kw,
+                     int step, int pw, int dh, int dw, int ow, int j_lo, int j_hi,
+                     int lane, int *out) {
+  int j = 0;
+  for (; j < j_lo && j < ow; j++)
+    out[j] = pool_one(plane, h, w, sh, sw, r0, j * step - pw, kh, kw, dh, dw);
+  v128_t spread = wasm_i32x4_make(0, step, 2 * step, 3 * step);
+  for (; j + 8 <= j_hi; j += 8) {
+    int c0 = j * step - pw;
+    const float *p = plane + r0 * sh + c0 * sw;
+    v128_t cols = wasm_i32x4_add(wasm_i32x4_splat(r0 * w + c0), spread);
+    v128_t cols2 = wasm_i32x4_add(cols, wasm_i32x4_splat(4 * step));
+    v128_t best = four_apart(p, lane), best2 = four_apart(p + 4 * lane, lane);
+    v128_t where = cols, where2 = cols2;
+    for (int u = 0; u < kh; u++)
+      for (int v = u == 0; v < kw; v++) {  // (0, 0) is the start
+        const float *q = p + u * dh * sh + v * dw * sw;
+        v128_t off = wasm_i32x4_splat(u * dh * w + v * dw);
+        v128_t val = four_apart(q, lane), val2 = four_apart(q + 4 * lane, lane);
+        POOL_STEP(val, wasm_i32x4_add(cols, off), best, where);
+        POOL_STEP(val2, wasm_i32x4_add(cols2, off), best2, where2);
       }
-      v128_t pos = wasm_i32x4_add(cols, wasm_i32x4_splat(r * w + v * dw));
-      if (u == 0 && v == 0) {
-        best = val;
-        where = pos;
-      } else {
-        v128_t take = wasm_v128_or(wasm_f32x4_gt(val, best), wasm_f32x4_ne(val, val));
-        best = wasm_v128_bitselect(val, best, take);
-        where = wasm_v128_bitselect(pos, where, take);
-      }
-    }
+    wasm_v128_store(out + j, where);
+    wasm_v128_store(out + j + 4, where2);
   }
-  return where;
+  for (; j + 4 <= j_hi; j += 4) {
+    int c0 = j * step - pw;
+    const float *p = plane + r0 * sh + c0 * sw;
+    v128_t cols = wasm_i32x4_add(wasm_i32x4_splat(r0 * w + c0), spread);
+    v128_t best = four_apart(p, lane), where = cols;
+    for (int u = 0; u < kh; u++)
+      for (int v = u == 0; v < kw; v++) {
+        v128_t off = wasm_i32x4_splat(u * dh * w + v * dw);
+        POOL_STEP(four_apart(p + u * dh * sh + v * dw * sw, lane), wasm_i32x4_add(cols, off),
+                  best, where);
+      }
+    wasm_v128_store(out + j, where);
+  }
+  for (; j < ow; j++)
+    out[j] = pool_one(plane, h, w, sh, sw, r0, j * step - pw, kh, kw, dh, dw);
 }
 
 EXPORT(max_pool2d_indices)
@@ -314,23 +345,65 @@ void max_pool2d_indices(const float *x, int n, int c, int h, int w, int sn, int 
   int j_hi = (w - 1 - (kw - 1) * dw + pw) / strw + 1;
   if (j_hi > ow) j_hi = ow;
   if (w - 1 - (kw - 1) * dw + pw < 0) j_hi = 0;
+  int lane = strw * sw;
   for (int b = 0; b < n; b++)
     for (int ch = 0; ch < c; ch++) {
       const float *plane = x + b * sn + ch * sc;
       for (int i = 0; i < oh; i++) {
         int r0 = i * strh - ph;
-        int inside = r0 >= 0 && r0 + (kh - 1) * dh < h;
-        int j = 0;
-        if (inside) {
-          for (; j < j_lo && j < ow; j++)
+        if (r0 >= 0 && r0 + (kh - 1) * dh < h) {  // the row's windows inside the input's rows
+          // the common element spacings get their own copy of the row loop (constant `lane`)
+          if (lane == 2)
+            pool_row(plane, h, w, sh, sw, r0, kh, kw, strw, pw, dh, dw, ow, j_lo, j_hi, 2,
+                     out);
+          else if (lane == 1)
+            pool_row(plane, h, w, sh, sw, r0, kh, kw, strw, pw, dh, dw, ow, j_lo, j_hi, 1,
+                     out);
+          else
+            pool_row(plane, h, w, sh, sw, r0, kh, kw, strw, pw, dh, dw, ow, j_lo, j_hi,
+                     lane, out);
+        } else {
+          for (int j = 0; j < ow; j++)
             out[j] = pool_one(plane, h, w, sh, sw, r0, j * strw - pw, kh, kw, dh, dw);
-          for (; j + 4 <= j_hi; j += 4)
-            wasm_v128_store(out + j, pool_four(plane, w, sh, sw, r0, j * strw - pw, kh, kw, dh,
-                                               dw, strw));
         }
-        for (; j < ow; j++)
-          out[j] = pool_one(plane, h, w, sh, sw, r0, j * strw - pw, kh, kw, dh, dw);
         out += ow;
       }
     }
+}
+
+// ---- gather and select on flat arrays ---------------------------------------------------------
+// NumPy inside Pyodide runs these a scalar element at a time, with a separate pass for each
+// check; one pass each here.
+
+// out[i] = x[idx[i]] for i < n (x: `size` contiguous floats, idx: contiguous int32): max
+// pooling's values, gathered from the flattened input. Returns 0, or -1 at the first index
+// outside [0, size) (out is then partly written; the caller discards it and reports the index).
+EXPORT(take_f32)
+int take_f32(float *out, const float *x, int size, const int *idx, int n) {
+  for (int i = 0; i < n; i++) {
+    unsigned j = (unsigned)idx[i];  // a negative index wraps to a huge one: one comparison
+    if (j >= (unsigned)size) return -1;
+    out[i] = x[j];
+  }
+  return 0;
+}
+
+// out[i] = mask[i] ? value : x[i] (mask: NumPy bools, one byte each, 0 or 1; all contiguous):
+// mask_where with a scalar (ReLU's select). `value` comes as the float's bits.
+EXPORT(select_f32)
+void select_f32(float *out, const unsigned char *mask, int value_bits, const float *x, int n) {
+  v128_t value = wasm_i32x4_splat(value_bits);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    v128_t m8 = wasm_i8x16_ne(wasm_v128_load(mask + i), wasm_i8x16_splat(0));  // 0 or -1 bytes
+    v128_t lo = wasm_i16x8_extend_low_i8x16(m8), hi = wasm_i16x8_extend_high_i8x16(m8);
+    v128_t m0 = wasm_i32x4_extend_low_i16x8(lo), m1 = wasm_i32x4_extend_high_i16x8(lo);
+    v128_t m2 = wasm_i32x4_extend_low_i16x8(hi), m3 = wasm_i32x4_extend_high_i16x8(hi);
+    wasm_v128_store(out + i, wasm_v128_bitselect(value, wasm_v128_load(x + i), m0));
+    wasm_v128_store(out + i + 4, wasm_v128_bitselect(value, wasm_v128_load(x + i + 4), m1));
+    wasm_v128_store(out + i + 8, wasm_v128_bitselect(value, wasm_v128_load(x + i + 8), m2));
+    wasm_v128_store(out + i + 12, wasm_v128_bitselect(value, wasm_v128_load(x + i + 12), m3));
+  }
+  float v = wasm_f32x4_extract_lane(value, 0);
+  for (; i < n; i++) out[i] = mask[i] ? v : x[i];
 }
