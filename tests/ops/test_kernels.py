@@ -28,6 +28,7 @@ def test_the_kernels_are_on_exactly_inside_pyodide():
         assert wasm.variant() in ("relaxed", "simd128")
         assert kernels.matmul is wasm.matmul and kernels.copyto is wasm.copyto
         assert kernels.take is wasm.take and kernels.where is wasm.where
+        assert kernels.compare is wasm.compare
     else:
         assert wasm.variant() is None and kernels.matmul is np.matmul
 
@@ -152,13 +153,30 @@ def test_gather_on_a_flat_array(n):
             Tensor.from_data(x).gather(0, Tensor.from_data(idx))
 
 
-@pytest.mark.parametrize("value", [0, 1, -2.5, 0.1, float("inf"), float("nan")])
+@pytest.mark.parametrize("value", [0, 0.0, -0.0, 1, -2.5, 0.1, float("inf"), float("nan")])
 @pytest.mark.parametrize("shape", [(4096,), (3, 50, 71), (1, 64, 33, 33)])
 def test_mask_where_with_a_scalar(shape, value):
     x = _f32(*shape)
     x.reshape(-1)[::13] = np.nan
     mask = x <= 0
     got = Tensor.from_data(x).mask_where(Tensor.from_data(mask), value).to_numpy()
-    np.testing.assert_array_equal(got, np.where(mask, value, x).astype(np.float32))
+    ref = np.where(mask, value, x).astype(np.float32)
+    np.testing.assert_array_equal(got.view(np.int32), ref.view(np.int32))  # bits: -0.0, NaNs
     relu = Tensor.from_data(x).relu().to_numpy()
     np.testing.assert_array_equal(relu, np.where(x <= 0, np.float32(0), x))
+
+
+@pytest.mark.parametrize("value", [0, -0.0, 1, -2.5, 0.1, 3e38, 16777217, np.inf, np.nan])
+@pytest.mark.parametrize("shape", [(4096,), (3, 50, 71)])
+def test_comparisons_with_a_scalar(shape, value):
+    x = _f32(*shape)
+    flat = x.reshape(-1)
+    flat[::13], flat[5::17], flat[7::19] = np.nan, np.inf, 0.0
+    flat[9::23] = -0.0
+    flat[11::29] = np.float32(value)
+    t = Tensor.from_data(x)
+    for name, ref in (("eq", np.equal), ("ne", np.not_equal), ("lt", np.less),
+                      ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal)):
+        got = getattr(t, name)(value).to_numpy()
+        assert got.dtype == np.bool_
+        np.testing.assert_array_equal(got, ref(x, np.float32(value)), err_msg=name)

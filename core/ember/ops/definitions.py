@@ -92,7 +92,8 @@ binary("minimum", np.minimum, "min({0}, {1})", _max_grad, (0, 1, "out"))
 
 # ---- comparisons: bool results, no gradient ------------------------------------------------
 def compare(name, np_fn, wgsl):
-    return op(name, COMPARE, np_fn, wgsl)
+    # through ops.kernels: inside Pyodide a WebAssembly kernel compares float32 with a scalar
+    return op(name, COMPARE, lambda a, b: kernels.compare(np_fn, a, b), wgsl)
 
 
 compare("eq", np.equal, "({0} == {1})")
@@ -198,9 +199,11 @@ def _slice_grad(g, y, x, starts, stops, steps):
     return (g.new_zeros(x.shape).slice_assign(_np_slices(starts, stops, steps), g),)
 
 
-op("reshape", MOVEMENT, lambda x, shape_to: np.reshape(x, shape_to), None,
+# the array methods, not np.reshape / np.transpose: those wrap the same call in Python (~2-3 us
+# a call inside Pyodide, where a batch-1 forward runs a dozen reshapes)
+op("reshape", MOVEMENT, lambda x, shape_to: x.reshape(shape_to), None,
              lambda g, y, x, shape_to: (g.reshape(x.shape),), shape=_reshape_rule, dtype=_same)
-op("permute", MOVEMENT, lambda x, dims: np.transpose(x, dims), None,
+op("permute", MOVEMENT, lambda x, dims: x.transpose(dims), None,
              lambda g, y, x, dims: (g.permute(_inverse(dims)),),
              shape=lambda s, dims: tuple(s[d] for d in dims), dtype=_same)
 op("expand", MOVEMENT, lambda x, shape_to: np.broadcast_to(x, shape_to), None,

@@ -22,6 +22,12 @@ copyto = np.copyto
 where = np.where
 
 
+def compare(ufunc, a, b):
+    """ufunc(a, b) for a comparison ufunc (np.less_equal, ...): the comparison ops' NumPy
+    implementation (ReLU's x <= 0 is one on every activation)."""
+    return ufunc(a, b)
+
+
 def take(x, idx):
     """x[idx] for a 1-D x (a gather along a flat array: max pooling's values) computed by a
     faster kernel, or None: no faster kernel here, or an index out of range (the caller's own

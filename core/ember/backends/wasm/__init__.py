@@ -19,6 +19,7 @@ The relaxed-SIMD build is tried first: an engine without relaxed SIMD refuses to
 """
 
 import ctypes
+from math import copysign
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,7 @@ MIN_FLAT = 4096      # elements of a gather or a select (NumPy runs either a sca
 _F32 = np.dtype(np.float32)
 _BYTE = ctypes.c_byte
 _no_kernel = kernels.max_pool2d_indices  # ops.kernels' own: "no faster kernel here"
-_no_take = kernels.take
+_no_take, _no_compare = kernels.take, kernels.compare
 _BOOL = np.dtype(np.bool_)
 _I32 = np.dtype(np.int32)
 _lib = None        # the loaded ctypes.CDLL, or None
@@ -86,6 +87,7 @@ def _warm_up():
     for _ in range(3):
         take(flat, idx)
         where(mask, 0, a)
+        compare(np.less_equal, a, 0)
         _gemm(a, a)
         _gemm(a[:1], a)
         _gemm(a[:1], a.T)
@@ -105,14 +107,14 @@ def install():
     name = load()
     kernels.matmul, kernels.copyto = matmul, copyto
     kernels.max_pool2d_indices = max_pool2d_indices
-    kernels.take, kernels.where = take, where
+    kernels.take, kernels.where, kernels.compare = take, where, compare
     return name
 
 
 def uninstall():
     kernels.matmul, kernels.copyto = np.matmul, np.copyto
     kernels.max_pool2d_indices = _no_kernel
-    kernels.take, kernels.where = _no_take, np.where
+    kernels.take, kernels.where, kernels.compare = _no_take, np.where, _no_compare
 
 
 def _addr(x):
@@ -220,6 +222,17 @@ def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
     return out
 
 
+def _f32_bits(value):
+    """The bits of a Python number as float32, or None where float32 does not hold it exactly
+    (NaN it does): there NumPy's own conversion and rounding rules apply."""
+    if value == 0 and copysign(1.0, value) > 0:
+        return 0  # ReLU's +0 without NumPy scalars (several us each inside Pyodide)
+    v = np.float32(value)
+    if v != value and value == value:
+        return None
+    return int(v.view(np.int32))
+
+
 def take(x, idx):
     """x[idx] for a contiguous 1-D float32 x and contiguous int32 indices on the kernel; None
     for anything else, or when an index is out of range (the caller's path reports it)."""
@@ -240,9 +253,29 @@ def where(mask, value, x):
             or type(value) not in (int, float)
             or not (x.flags.c_contiguous and mask.flags.c_contiguous)):
         return np.where(mask, value, x)
-    v = np.float32(value)
-    if v != value and value == value:  # not exactly a float32 (NaN is): NumPy's own rounding
+    bits = _f32_bits(value)
+    if bits is None:
         return np.where(mask, value, x)
     out = np.empty(x.shape, _F32)
-    _lib.select_f32(_new_addr(out), _addr(mask), int(v.view(np.int32)), _addr(x), x.size)
+    _lib.select_f32(_new_addr(out), _addr(mask), bits, _addr(x), x.size)
+    return out
+
+
+# the comparison ufuncs the kernel has, by its codes
+_COMPARES = {np.equal: 0, np.not_equal: 1, np.less: 2, np.less_equal: 3, np.greater: 4,
+             np.greater_equal: 5}
+
+
+def compare(ufunc, a, b):
+    """ufunc(a, b) for a comparison ufunc; a contiguous float32 array against a Python number
+    that float32 holds exactly (NumPy compares in float32 there too) on the kernel."""
+    code = _COMPARES.get(ufunc)
+    if (code is None or type(a) is not np.ndarray or type(b) not in (int, float)
+            or a.dtype != _F32 or a.size < MIN_FLAT or not a.flags.c_contiguous):
+        return ufunc(a, b)
+    bits = _f32_bits(b)
+    if bits is None:
+        return ufunc(a, b)
+    out = np.empty(a.shape, _BOOL)
+    _lib.compare_f32(_new_addr(out), _addr(a), bits, code, a.size)
     return out

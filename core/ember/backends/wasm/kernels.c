@@ -407,3 +407,32 @@ void select_f32(float *out, const unsigned char *mask, int value_bits, const flo
   float v = wasm_f32x4_extract_lane(value, 0);
   for (; i < n; i++) out[i] = mask[i] ? v : x[i];
 }
+
+// out[i] = x[i] OP value (out: NumPy bools, one byte each; all contiguous), OP by `code`: 0 ==,
+// 1 !=, 2 <, 3 <=, 4 >, 5 >= (IEEE: only != holds for a NaN): a comparison with a scalar
+// (ReLU's x <= 0). `value` comes as the float's bits.
+#define COMPARE_LOOP(vop, sop)                                                          \
+  for (; i + 16 <= n; i += 16) {                                                        \
+    v128_t m0 = vop(wasm_v128_load(x + i), value), m1 = vop(wasm_v128_load(x + i + 4), value); \
+    v128_t m2 = vop(wasm_v128_load(x + i + 8), value);                                  \
+    v128_t m3 = vop(wasm_v128_load(x + i + 12), value);                                 \
+    v128_t m = wasm_i8x16_narrow_i16x8(wasm_i16x8_narrow_i32x4(m0, m1),                 \
+                                       wasm_i16x8_narrow_i32x4(m2, m3)); /* -1 or 0 */  \
+    wasm_v128_store(out + i, wasm_v128_and(m, wasm_i8x16_splat(1)));                    \
+  }                                                                                     \
+  for (; i < n; i++) out[i] = x[i] sop v;
+
+EXPORT(compare_f32)
+void compare_f32(unsigned char *out, const float *x, int value_bits, int code, int n) {
+  v128_t value = wasm_i32x4_splat(value_bits);
+  float v = wasm_f32x4_extract_lane(value, 0);
+  int i = 0;
+  switch (code) {
+    case 0: COMPARE_LOOP(wasm_f32x4_eq, ==) break;
+    case 1: COMPARE_LOOP(wasm_f32x4_ne, !=) break;
+    case 2: COMPARE_LOOP(wasm_f32x4_lt, <) break;
+    case 3: COMPARE_LOOP(wasm_f32x4_le, <=) break;
+    case 4: COMPARE_LOOP(wasm_f32x4_gt, >) break;
+    default: COMPARE_LOOP(wasm_f32x4_ge, >=) break;
+  }
+}
