@@ -180,3 +180,23 @@ def test_comparisons_with_a_scalar(shape, value):
         got = getattr(t, name)(value).to_numpy()
         assert got.dtype == np.bool_
         np.testing.assert_array_equal(got, ref(x, np.float32(value)), err_msg=name)
+
+
+@pytest.mark.parametrize("sa, sb", [
+    ((4096,), (4096,)), ((2, 33, 70), (2, 33, 70)),          # one shape
+    ((1, 64, 9, 11), (1, 64, 1, 1)), ((3, 16, 13, 17), (16, 1, 1)),  # a bias, batch 1 and 3
+    ((5, 7, 30, 40), (7, 30, 1)), ((70, 80), (1,)), ((2, 9, 300), (2, 9, 1)),
+    ((1, 64, 1, 1), (1, 64, 9, 11)),                          # the per-channel operand first
+    ((2000, 3), (2000, 1)),                                   # rows shorter than a vector
+    ((6, 40, 50), (6, 1, 50)), ((3, 40, 50), (50,)),          # other broadcasts: NumPy
+])
+def test_add_and_mul(sa, sb):
+    a, b = _f32(*sa), _f32(*sb)
+    a.reshape(-1)[::31] = np.nan
+    ta, tb = Tensor.from_data(a), Tensor.from_data(b)
+    two, one = np.float32(2), np.float32(1)
+    for got, ref in ((ta + tb, a + b), (ta * tb, a * b), (tb + ta, b + a),
+                     (ta * 2 + tb, a * two + b), ((ta + 1) * tb, (a + one) * b)):  # donated
+        np.testing.assert_array_equal(got.to_numpy(), ref)
+    np.testing.assert_array_equal(ta.to_numpy(), a)  # the inputs are unchanged
+    np.testing.assert_array_equal(tb.to_numpy(), b)

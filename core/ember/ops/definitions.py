@@ -79,9 +79,13 @@ def _pow_grad(g, y, a, b):
     return (ga, g * y * (math.log(a) if isinstance(a, (int, float)) else a.log()))
 
 
-binary("add", np.add, "({0} + {1})", lambda g, y, a, b: (g, g), ())
+# add and mul through ops.kernels: inside Pyodide a WebAssembly kernel takes float32 operands of
+# one shape or with a per-channel one (a bias)
+binary("add", lambda a, b, out=None: kernels.add(a, b, out=out), "({0} + {1})",
+       lambda g, y, a, b: (g, g), ())
 binary("sub", np.subtract, "({0} - {1})", lambda g, y, a, b: (g, -g), ())
-binary("mul", np.multiply, "({0} * {1})", lambda g, y, a, b: (g * b, g * a), (0, 1))
+binary("mul", lambda a, b, out=None: kernels.multiply(a, b, out=out), "({0} * {1})",
+       lambda g, y, a, b: (g * b, g * a), (0, 1))
 binary("div", np.divide, "({0} / {1})",
              lambda g, y, a, b: (g / b, -(g * y / b)), (1, "out"), float_only=True)
 binary("pow", np.power, "op_pow({0}, {1})", _pow_grad, (0, 1, "out"),

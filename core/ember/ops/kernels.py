@@ -22,6 +22,12 @@ copyto = np.copyto
 where = np.where
 
 
+# add(a, b, out=None), multiply(a, b, out=None): the add and mul ops (a convolution's bias,
+# BatchNorm's scale and shift: one pass over every activation each)
+add = np.add
+multiply = np.multiply
+
+
 def compare(ufunc, a, b):
     """ufunc(a, b) for a comparison ufunc (np.less_equal, ...): the comparison ops' NumPy
     implementation (ReLU's x <= 0 is one on every activation)."""

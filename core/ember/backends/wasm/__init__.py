@@ -88,6 +88,8 @@ def _warm_up():
         take(flat, idx)
         where(mask, 0, a)
         compare(np.less_equal, a, 0)
+        add(a, a[:1])
+        multiply(a, a)
         _gemm(a, a)
         _gemm(a[:1], a)
         _gemm(a[:1], a.T)
@@ -108,6 +110,7 @@ def install():
     kernels.matmul, kernels.copyto = matmul, copyto
     kernels.max_pool2d_indices = max_pool2d_indices
     kernels.take, kernels.where, kernels.compare = take, where, compare
+    kernels.add, kernels.multiply = add, multiply
     return name
 
 
@@ -115,6 +118,7 @@ def uninstall():
     kernels.matmul, kernels.copyto = np.matmul, np.copyto
     kernels.max_pool2d_indices = _no_kernel
     kernels.take, kernels.where, kernels.compare = _no_take, np.where, _no_compare
+    kernels.add, kernels.multiply = np.add, np.multiply
 
 
 def _addr(x):
@@ -279,3 +283,57 @@ def compare(ufunc, a, b):
     out = np.empty(a.shape, _BOOL)
     _lib.compare_f32(_new_addr(out), _addr(a), bits, code, a.size)
     return out
+
+
+def _rows(a, b):
+    """(rows, inner, channels) when b broadcasts against a as one value per row of a (b's sizes
+    equal a's on one block of dims and are 1 elsewhere): a [N, C, H, W] with b [1, C, 1, 1] is
+    N*C rows of H*W, b[r % C] for row r; b of a's shape is a.size rows of 1. Else None."""
+    if b.shape == a.shape:
+        return a.size, 1, a.size
+    if b.ndim > a.ndim:
+        return None
+    bs = (1,) * (a.ndim - b.ndim) + b.shape
+    dims = [i for i, d in enumerate(bs) if d != 1]
+    if not dims:
+        return 1, a.size, 1
+    last = dims[-1]
+    if any(bs[i] != a.shape[i] for i in range(dims[0], last + 1)):
+        return None
+    rows = 1
+    for d in a.shape[:last + 1]:
+        rows *= d
+    return rows, a.size // rows, b.size
+
+
+def _binary(code, ufunc, a, b, out):
+    if (type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32
+            or b.dtype != _F32):
+        return ufunc(a, b, out=out)  # Python scalars, other dtypes
+    if b.size > a.size:
+        a, b = b, a  # both ops commute: the larger operand sets the rows
+    geometry = _rows(a, b)
+    if (geometry is None or a.size < MIN_FLAT
+            or (geometry[1] < 4 and geometry[2] != geometry[0])  # rows too short to pay
+            or not (a.flags.c_contiguous and b.flags.c_contiguous)
+            or (out is not None and not (out.dtype == _F32 and out.shape == a.shape
+                                         and out.flags.c_contiguous))):
+        return ufunc(a, b, out=out)
+    if out is None:
+        out = np.empty(a.shape, _F32)
+        pout = _new_addr(out)
+    else:  # an input handed over by NdArray's ownership rule (see the kernel: aliasing is fine)
+        pout = _addr(out)
+    _lib.rows_f32(pout, _addr(a), _addr(b), *geometry, code)
+    return out
+
+
+def add(a, b, out=None):
+    """np.add(a, b, out=out); float32 arrays of one shape, or with a per-channel operand (a
+    bias), on the kernel."""
+    return _binary(0, np.add, a, b, out)
+
+
+def multiply(a, b, out=None):
+    """np.multiply(a, b, out=out), as add."""
+    return _binary(1, np.multiply, a, b, out)

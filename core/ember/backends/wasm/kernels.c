@@ -436,3 +436,36 @@ void compare_f32(unsigned char *out, const float *x, int value_bits, int code, i
     default: COMPARE_LOOP(wasm_f32x4_ge, >=) break;
   }
 }
+
+// ---- add and multiply, float32, with a per-channel operand ---------------------------------------
+// out[r * inner + j] = a[r * inner + j] OP b[r % channels] (code 0: +, 1: *), all contiguous;
+// inner == 1 with channels == rows is the plain elementwise case. out may be a (the result
+// written over a donated input: each element is read before it is written). A convolution's bias
+// and BatchNorm's scale and shift are such operands ([1, C, 1, 1] against [N, C, H, W]).
+#define ROWS_LOOP(vop, sop)                                                           \
+  if (inner == 1 && channels == rows) {                                               \
+    int i = 0;                                                                        \
+    for (; i + 4 <= rows; i += 4)                                                     \
+      wasm_v128_store(out + i, vop(wasm_v128_load(a + i), wasm_v128_load(b + i)));    \
+    for (; i < rows; i++) out[i] = a[i] sop b[i];                                     \
+  } else {                                                                            \
+    for (int r = 0; r < rows; r++) {                                                  \
+      float s = b[r % channels];                                                      \
+      v128_t sv = wasm_f32x4_splat(s);                                                \
+      const float *ar = a + r * inner;                                                \
+      float *o = out + r * inner;                                                     \
+      int j = 0;                                                                      \
+      for (; j + 4 <= inner; j += 4) wasm_v128_store(o + j, vop(wasm_v128_load(ar + j), sv)); \
+      for (; j < inner; j++) o[j] = ar[j] sop s;                                      \
+    }                                                                                 \
+  }
+
+EXPORT(rows_f32)
+void rows_f32(float *out, const float *a, const float *b, int rows, int inner, int channels,
+              int code) {
+  if (code == 0) {
+    ROWS_LOOP(wasm_f32x4_add, +)
+  } else {
+    ROWS_LOOP(wasm_f32x4_mul, *)
+  }
+}
