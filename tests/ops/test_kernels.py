@@ -25,6 +25,9 @@ rng = np.random.default_rng(20261130)
 def test_the_kernels_are_on_exactly_inside_pyodide():
     from ember.backends import wasm
     if PYODIDE:
+        # loaded on first use (install_on_first_use): any routed call installs them
+        a = _f32(64, 64)
+        np.testing.assert_allclose(kernels.matmul(a, a), a @ a, rtol=1e-4, atol=1e-4)
         assert wasm.variant() in ("relaxed", "simd128")
         assert kernels.matmul is wasm.matmul and kernels.copyto is wasm.copyto
         assert kernels.take is wasm.take and kernels.where is wasm.where

@@ -11,7 +11,6 @@ the result's shape and dtype.
 
 import os
 import sys
-import warnings
 
 import numpy as np
 
@@ -77,12 +76,9 @@ class NdArray(_backend.Backend):
 _backend.register("ndarray", NdArray)
 
 # Inside Pyodide NumPy has no BLAS and no SIMD: float32 GEMMs above a break-even size go to
-# WebAssembly SIMD kernels (backends/wasm); natively NumPy's BLAS keeps them. EMBER_WASM=0 opts out.
+# WebAssembly SIMD kernels (backends/wasm), loaded when first needed; natively NumPy's BLAS keeps
+# them. EMBER_WASM=0 opts out.
 if sys.platform == "emscripten" and os.environ.get("EMBER_WASM", "1") != "0":
     from . import wasm as _wasm
 
-    try:
-        _wasm.install()
-    except OSError as e:  # an install without the .wasm, or an engine without SIMD: still correct
-        warnings.warn(f"ember: WebAssembly kernels unavailable, NumPy computes everything ({e})",
-                      RuntimeWarning, stacklevel=1)
+    _wasm.install_on_first_use()

@@ -106,3 +106,36 @@ def test_install_routes_and_uninstall_restores(monkeypatch, stand_in):
     finally:
         wasm.uninstall()
     assert kernels.matmul is np.matmul and wasm.variant() is None
+
+
+def test_installed_on_first_use_not_at_import(monkeypatch, stand_in):
+    """install_on_first_use: nothing loads until a routed function is called; the first call
+    installs the kernels and is computed by them."""
+    loads = []
+    monkeypatch.setattr(wasm, "load", lambda: loads.append(1) or "simd128")
+    monkeypatch.setattr(wasm, "_variant", "simd128")
+    try:
+        wasm.install_on_first_use()
+        assert loads == [] and wasm.variant() is None
+        a, b = _pair((40, 50), (50, 30))
+        np.testing.assert_allclose(kernels.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+        assert loads == [1] and kernels.matmul is wasm.matmul and stand_in == [(40, 30, 50)]
+        kernels.matmul(a, b)
+        assert loads == [1]
+    finally:
+        wasm.uninstall()
+
+
+def test_a_module_that_does_not_load_leaves_numpy_with_one_warning(monkeypatch):
+    def fail():
+        raise OSError("no WebAssembly kernel module loads here")
+    monkeypatch.setattr(wasm, "load", fail)
+    try:
+        wasm.install_on_first_use()
+        a, b = _pair((4, 5), (5, 3))
+        with pytest.warns(RuntimeWarning, match="NumPy computes everything"):
+            np.testing.assert_allclose(kernels.matmul(a, b), a @ b, rtol=1e-6)
+        assert kernels.matmul is np.matmul and kernels.add is np.add
+        np.testing.assert_array_equal(kernels.add(a, a), a + a)  # no second warning, NumPy's
+    finally:
+        wasm.uninstall()

@@ -24,6 +24,7 @@ The relaxed-SIMD build is tried first: an engine without relaxed SIMD refuses to
 """
 
 import ctypes
+import warnings
 from math import copysign
 from pathlib import Path
 
@@ -117,6 +118,31 @@ def install():
     kernels.take, kernels.where, kernels.compare = take, where, compare
     kernels.add, kernels.multiply = add, multiply
     return name
+
+
+_ROUTED = ("matmul", "copyto", "max_pool2d_indices", "take", "where", "compare", "add",
+           "multiply")
+
+
+def install_on_first_use():
+    """Route to the kernels from the first call of any routed function on: each is bound to a
+    stand-in that installs the kernels (or, when none loads, warns once and leaves NumPy in
+    place) and then makes the call. Loading costs 50-150 ms in Pyodide (the dynamic linker,
+    compiling, tiering the kernels up): at `import ember` that delayed every page's `ready`,
+    and a page that never computes never needs it."""
+    def stand_in(name):
+        def first_call(*args, **kwargs):
+            if getattr(kernels, name) is first_call:  # not installed (nor failed) meanwhile
+                try:
+                    install()
+                except OSError as e:  # no .wasm in this install, or an engine without SIMD
+                    uninstall()
+                    warnings.warn(f"ember: WebAssembly kernels unavailable, NumPy computes "
+                                  f"everything ({e})", RuntimeWarning, stacklevel=2)
+            return getattr(kernels, name)(*args, **kwargs)
+        return first_call
+    for name in _ROUTED:
+        setattr(kernels, name, stand_in(name))
 
 
 def uninstall():
