@@ -196,6 +196,18 @@ def test_max_pool2d_unbatched_and_float64():
     compare(lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1), [x])
 
 
+@pytest.mark.parametrize("shape, k", [((2, 3, 6, 8), 2), ((3, 4, 9), 3), ((1, 2, 6, 6), (2, 3))])
+def test_max_pool2d_without_gradient_matches_torch(shape, k):
+    # windows that tile the input, nothing to differentiate: the reshape + max path, NaN kept
+    x = np.random.default_rng(0).integers(-3, 4, shape).astype(np.float32)
+    x.flat[5] = np.nan
+    want = TF.max_pool2d(torch.tensor(x), k).numpy()
+    np.testing.assert_array_equal(F.max_pool2d(Tensor.from_data(x), k).to_numpy(), want)
+    with ember.no_grad():
+        got = F.max_pool2d(Tensor.from_data(x, B).require_grad(), k)
+    np.testing.assert_array_equal(got.to_numpy(), want)
+
+
 def _avg_pool_grid():
     for h, k, s, p, ceil, inc in sample(itertools.product(
             (5, 6, 7), (2, 3, (3, 2)), (None, 1, 2, (2, 3)), (0, 1, (1, 0)), (False, True),

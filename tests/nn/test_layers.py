@@ -166,6 +166,49 @@ def test_batch_norm_rejects_one_value_per_channel_in_training():
         bn(Tensor.from_data(randn(2, 4)))
 
 
+@pytest.mark.parametrize("backend", [NdArray(), AD], ids=["ndarray", "autodiff"])
+def test_kept_eval_values_follow_every_change_of_the_weights(backend):
+    # BatchNorm's folded scale/shift and Linear's transposed weight are kept between no-grad
+    # forwards: every way of changing a weight or a statistic must show in the next output
+    from ember import record
+    ember.seed(3)
+    model = nn.Sequential(nn.BatchNorm1d(4), nn.Linear(4, 3)).to(backend)
+    twin = torch.nn.Sequential(torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 3))
+    x = randn(5, 4)
+
+    def check(what):
+        twin.load_state_dict({k: torch.from_numpy(np.array(v))
+                              for k, v in record.state_dict(model).items()})
+        twin[0].eps = bn.eps
+        twin.train(model.training)
+        with torch.no_grad():
+            want = twin(torch.from_numpy(x)).numpy()
+        for _ in range(2):  # computed, then kept
+            with ember.no_grad():
+                got = model(Tensor.from_data(x, backend)).to_numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=what)
+
+    bn, lin = model[0], model[1]
+    model.eval()
+    check("initial")
+    model.train()
+    with ember.no_grad():
+        model(Tensor.from_data(x * 3 + 1, backend))  # updates the running statistics
+    model.eval()
+    check("after a training forward")
+    bn.weight[1] = 2.5
+    lin.weight[0, 2] = -1.0
+    check("after __setitem__")
+    bn.bias = bn.bias.with_value(bn.bias + 0.5)
+    check("after with_value")
+    state = {k: v * 0.5 for k, v in record.state_dict(model).items()
+             if v.dtype == "float32"}
+    record.load_state_dict(model, state, strict=False)
+    check("after loading a record")
+    bn.eps = 0.5
+    check("after changing eps")
+
+
 # ---- dropout --------------------------------------------------------------------------------
 def test_dropout_train_eval_and_seed():
     d = nn.Dropout(0.25)

@@ -9,7 +9,8 @@ conv2d_weight (their gradients) and max_pool2d_indices. Everything else is a com
 it needs no backend work and Autodiff differentiates it through the primitives it uses:
 
 - conv1d is conv2d over a unit height; bias is a broadcast add
-- max_pool2d gathers the input at max_pool2d_indices (its gradient is gather's, a scatter)
+- max_pool2d gathers the input at max_pool2d_indices (its gradient is gather's, a scatter);
+  with no gradient to route and windows that tile the input, a reshape and a max reduction
 - avg_pool2d, adaptive_avg_pool2d and bilinear interpolation are separable: A_h @ x @ A_w^T
   with small constant averaging/interpolation matrices built here in NumPy
 - nearest interpolation and embedding select rows
@@ -21,6 +22,7 @@ from numbers import Real
 import numpy as np
 
 from .. import shape as S
+from ..autodiff import is_grad_enabled
 from ..dtype import is_float
 from ..errors import DTypeError, ShapeError
 from ..ops import OPS
@@ -75,13 +77,15 @@ def _batched(name, x, rank, layout):
     return x, False
 
 
-def _with_bias(name, out, bias):
+def _conv_with_bias(name, op, x, weight, bias, channels, **attrs):
+    """op(x, weight) + bias over the output channels. The result goes straight into the add,
+    named nowhere, so that the add may write over its buffer (see tensor._donatable)."""
     if bias is None:
-        return out
-    if bias.shape != (out.shape[1],):
-        raise ShapeError(f"{name}: bias must have shape [{out.shape[1]}] (one value per output "
+        return _apply(op, x, weight, **attrs)
+    if channels is not None and bias.shape != (channels,):  # None: the op says what is wrong
+        raise ShapeError(f"{name}: bias must have shape [{channels}] (one value per output "
                          f"channel), got {S.fmt(bias.shape)}")
-    return out + bias.reshape((1, -1) + (1,) * (out.ndim - 2))
+    return _apply(op, x, weight, **attrs) + bias.reshape((1, -1, 1, 1))
 
 
 def _conv_padding(name, padding, kernel, stride, dilation):
@@ -115,9 +119,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise ShapeError(f"{name}: weight must be 4-D [O, C/groups, KH, KW], got "
                          f"{S.fmt(weight.shape)}")
     pads = _conv_padding(name, padding, weight.shape[2:], stride, dilation)
-    out = _apply(OPS["conv2d"], x, weight, stride=stride, padding=pads, dilation=dilation,
-                 groups=_groups(name, groups))
-    out = _with_bias(name, out, bias)
+    out = _conv_with_bias(name, OPS["conv2d"], x, weight, bias, weight.shape[0], stride=stride,
+                          padding=pads, dilation=dilation, groups=_groups(name, groups))
     return out.squeeze(0) if unbatched else out
 
 
@@ -174,9 +177,10 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
         raise ShapeError(f"{name}: output_padding {extra} must be smaller than either stride "
                          f"{stride} or dilation {dilation}")
     pads = tuple((p, p - e) for p, e in zip(pad, extra))
-    out = _apply(OPS["conv_transpose2d"], x, weight, stride=stride, padding=pads,
-                 dilation=dilation, groups=_groups(name, groups))
-    out = _with_bias(name, out, bias)
+    groups = _groups(name, groups)
+    channels = weight.shape[1] * groups if weight.ndim == 4 else None
+    out = _conv_with_bias(name, OPS["conv_transpose2d"], x, weight, bias, channels,
+                          stride=stride, padding=pads, dilation=dilation, groups=groups)
     return out.squeeze(0) if unbatched else out
 
 
@@ -189,10 +193,20 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     x, unbatched = _batched(name, _tensor(name, x), 4, "[N, C, H, W]")
     kernel = _ints(name, "kernel_size", kernel_size, 2, 1)
     stride = kernel if stride is None else _ints(name, "stride", stride, 2, 1)
-    idx = _apply(OPS["max_pool2d_indices"], x, kernel=kernel, stride=stride,
-                 padding=_ints(name, "padding", padding, 2),
-                 dilation=_ints(name, "dilation", dilation, 2, 1), ceil_mode=bool(ceil_mode))
+    padding = _ints(name, "padding", padding, 2)
+    dilation = _ints(name, "dilation", dilation, 2, 1)
     n, c, h, w = x.shape
+    (kh, kw) = kernel
+    if (not return_indices and is_float(x.dtype) and kernel == stride and padding == (0, 0)
+            and dilation == (1, 1) and h and w and h % kh == 0 and w % kw == 0
+            and not (is_grad_enabled() and x.is_require_grad())):
+        # windows that tile the input exactly, with no gradient to route: each window is a
+        # block of a reshape, and its maximum one reduction (3 ops, not the 7 of the gather)
+        out = x.reshape((n, c, h // kh, kh, w // kw, kw)).max_dim((3, 5))
+        out = out.reshape((n, c, h // kh, w // kw))
+        return out.squeeze(0) if unbatched else out
+    idx = _apply(OPS["max_pool2d_indices"], x, kernel=kernel, stride=stride, padding=padding,
+                 dilation=dilation, ceil_mode=bool(ceil_mode))
     # gather from x flattened whole (each plane's indices moved to its offset): NumPy's
     # gather and its gradient's scatter-add are several times faster on one dim than on three
     size = n * c * h * w

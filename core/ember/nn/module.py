@@ -13,13 +13,34 @@ the module, so no copy of a large model is made.
 import copy
 import itertools
 
-from ..autodiff import Autodiff, no_grad
+from ..autodiff import Autodiff, is_grad_enabled, no_grad
 from ..backend import Backend, default_backend
 from ..errors import BackendError, ShapeError
 from ..shape import prod
 from ..tensor import Tensor
 
 _ids = itertools.count(1)
+
+
+def derived(module, slot, make, *tensors, also=()):
+    """make(), a value computed from `tensors` and the plain values `also` alone (BatchNorm's
+    folded scale and shift, a transposed weight), kept on `module` and reused while each
+    tensor still holds the very same data object and `also` is equal: any rebinding (an
+    optimizer step, record loading, __setitem__, .to()) gives a tensor a new prim and so a
+    fresh value, and prims never change in place. The kept key holds the prims themselves,
+    so a freed one's id cannot come back for another. Nothing is kept while a gradient is
+    being recorded through one of `tensors`: the value would carry one step's graph into the
+    next."""
+    if is_grad_enabled() and any(t is not None and t.is_require_grad() for t in tensors):
+        return make()
+    key = tuple(None if t is None else t._prim for t in tensors)
+    kept = module.__dict__.get(slot)
+    if (kept is not None and len(kept[0]) == len(key) and kept[1] == also
+            and all(a is b for a, b in zip(kept[0], key))):
+        return kept[2]
+    value = make()
+    module.__dict__[slot] = (key, also, value)  # "_"-named slots are skipped by _walk
+    return value
 
 
 class Param(Tensor):

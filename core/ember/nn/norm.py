@@ -8,7 +8,7 @@ from ..errors import ShapeError
 from ..shape import prod
 from ..tensor import Tensor
 from . import init
-from .module import Module, Param
+from .module import Module, Param, derived
 
 
 def _normalize(x, dims, eps):
@@ -53,32 +53,41 @@ class _BatchNorm(Module):
                              f"dim 1, got shape {list(x.shape)}")
         dims = (0,) + tuple(range(2, x.ndim))
         stat_shape = (1, self.num_features) + (1,) * (x.ndim - 2)
-        if self.training or not self.track_running_stats:
-            n = prod(x.shape) // self.num_features
-            if self.training and n <= 1:
-                raise ShapeError(f"{type(self).__name__}: expected more than 1 value per channel "
-                                 f"when training, got input shape {list(x.shape)}")
-            mean = x.mean_dim(dims)
-            xc = x + -mean  # not x - mean: the gradient reaching mean is negated after the sum
-            var = (xc * xc).mean_dim(dims)
-            if self.training and self.track_running_stats:
-                self._update(mean, var, n)
-        else:
-            mean = self.running_mean.reshape(stat_shape)
-            var = self.running_var.reshape(stat_shape)
-        # the weight and 1 / std fold into one per-channel scale (and, with running statistics,
-        # the mean into the shift, as PyTorch's CPU kernel does): the per-element work is two
+        if not self.training and self.track_running_stats:
+            return self._eval_affine(x, stat_shape)
+        n = prod(x.shape) // self.num_features
+        if self.training and n <= 1:
+            raise ShapeError(f"{type(self).__name__}: expected more than 1 value per channel "
+                             f"when training, got input shape {list(x.shape)}")
+        mean = x.mean_dim(dims)
+        xc = x + -mean  # not x - mean: the gradient reaching mean is negated after the sum
+        var = (xc * xc).mean_dim(dims)
+        if self.training and self.track_running_stats:
+            self._update(mean, var, n)
+        # the weight and 1 / std fold into one per-channel scale: the per-element work is two
         # passes forward, and Autodiff's backward runs fewer passes over the activation too
-        scale = (var + self.eps).sqrt().recip()
-        if self.weight is not None:
-            scale = scale * self.weight.reshape(stat_shape)
-        if self.training or not self.track_running_stats:
-            y = xc * scale
-            return y + self.bias.reshape(stat_shape) if self.bias is not None else y
-        shift = mean * -scale
-        if self.bias is not None:
-            shift = shift + self.bias.reshape(stat_shape)
+        std = (var + self.eps).sqrt()
+        scale = self.weight.reshape(stat_shape) / std if self.weight is not None \
+            else std.recip()
+        y = xc * scale
+        return y + self.bias.reshape(stat_shape) if self.bias is not None else y
+
+    def _eval_affine(self, x, stat_shape):
+        # with running statistics, y = x * scale + shift (the mean folds into the shift, as in
+        # PyTorch's CPU kernel). scale and shift depend on the parameters alone: kept while
+        # those are unchanged, so an eval forward runs two ops here, not ten
+        scale, shift = derived(self, "_eval_scale_shift", lambda: self._scale_shift(stat_shape),
+                               self.weight, self.bias, self.running_mean, self.running_var,
+                               also=(self.eps, stat_shape))
         return x * scale + shift
+
+    def _scale_shift(self, stat_shape):
+        # on the [C] vectors, reshaped only at the end to broadcast
+        std = (self.running_var + self.eps).sqrt()
+        scale = self.weight / std if self.weight is not None else std.recip()
+        shift = self.running_mean * scale
+        shift = self.bias - shift if self.bias is not None else -shift
+        return scale.reshape(stat_shape), shift.reshape(stat_shape)
 
     def _update(self, mean, var, n):
         with no_grad():

@@ -51,9 +51,14 @@ class Adam(Optimizer):
         v = state["exp_avg_sq"] = state["exp_avg_sq"] * beta2 + g * (1 - beta2) * g
         if self.amsgrad:
             v = state["max_exp_avg_sq"] = state["max_exp_avg_sq"].maximum(v)
+        # torch's x - step_size * m / (sqrt(v) / sqrt(1 - beta2**t) + eps), with -1 / step_size
+        # folded into both terms of the denominator: the scalars merge, five ops on the
+        # tensors, not six (per parameter and step, as the ops, not the flops, cost here)
         step_size = lr / (1 - beta1 ** step)
-        denom = v.sqrt() / (1 - beta2 ** step) ** 0.5 + self.eps
-        return x + m * -step_size / denom
+        if step_size == 0:  # lr 0 (a warmup's start): torch's form, which has no 1 / lr
+            return x + m * -step_size / (v.sqrt() / (1 - beta2 ** step) ** 0.5 + self.eps)
+        scale = -1.0 / (step_size * (1 - beta2 ** step) ** 0.5)
+        return x + m / (v.sqrt() * scale + self.eps * (-1.0 / step_size))
 
 
 class AdamW(Adam):
