@@ -10,7 +10,7 @@ it needs no backend work and Autodiff differentiates it through the primitives i
 
 - conv1d is conv2d over a unit height; bias is a broadcast add
 - max_pool2d gathers the input at max_pool2d_indices (its gradient is gather's, a scatter);
-  with no gradient to route and windows that tile the input, a reshape and a max reduction
+  with no gradient to route and small windows that tile the input, the maximum of strided views
 - avg_pool2d, adaptive_avg_pool2d and bilinear interpolation are separable: A_h @ x @ A_w^T
   with small constant averaging/interpolation matrices built here in NumPy
 - nearest interpolation and embedding select rows
@@ -198,12 +198,17 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     n, c, h, w = x.shape
     (kh, kw) = kernel
     if (not return_indices and is_float(x.dtype) and kernel == stride and padding == (0, 0)
-            and dilation == (1, 1) and h and w and h % kh == 0 and w % kw == 0
+            and dilation == (1, 1) and kh * kw <= 4 and h and w and h % kh == 0 and w % kw == 0
             and not (is_grad_enabled() and x.is_require_grad())):
-        # windows that tile the input exactly, with no gradient to route: each window is a
-        # block of a reshape, and its maximum one reduction (3 ops, not the 7 of the gather)
-        out = x.reshape((n, c, h // kh, kh, w // kw, kw)).max_dim((3, 5))
-        out = out.reshape((n, c, h // kh, w // kw))
+        # small windows that tile the input, no gradient to route: the maximum of the
+        # kh * kw strided views, one per position in the window (for 2x2, 7 ops as the gather
+        # path, but no index arithmetic: ~20x less NumPy time than it, or than a max reduction
+        # over a reshape's (kh, kw) axes, which NumPy runs as a slow 2-element inner loop)
+        out = None
+        for i in range(kh):
+            for j in range(kw):
+                view = x[:, :, i::kh, j::kw]
+                out = view if out is None else out.maximum(view)
         return out.squeeze(0) if unbatched else out
     idx = _apply(OPS["max_pool2d_indices"], x, kernel=kernel, stride=stride, padding=padding,
                  dilation=dilation, ceil_mode=bool(ceil_mode))
