@@ -48,8 +48,11 @@ MIN_FLAT = 4096      # elements of a gather or a select (NumPy runs either a sca
 
 _F32 = np.dtype(np.float32)
 _BYTE = ctypes.c_byte
-_no_kernel = kernels.max_pool2d_indices  # ops.kernels' own: "no faster kernel here"
-_no_take, _no_compare = kernels.take, kernels.compare
+# the names of ops.kernels this module rebinds (to its functions of the same names), and what
+# they are bound to before: NumPy's, or "no faster kernel here" (uninstall restores them)
+_ROUTED = ("matmul", "copyto", "max_pool2d_indices", "take", "where", "compare", "add",
+           "multiply")
+_NUMPY = {name: getattr(kernels, name) for name in _ROUTED}
 _BOOL = np.dtype(np.bool_)
 _I32 = np.dtype(np.int32)
 _lib = None        # the loaded ctypes.CDLL, or None
@@ -113,15 +116,9 @@ def install():
     """Route float32 GEMMs, strided copies and max pooling to the kernels; the variant in use.
     Raises OSError if none loads."""
     name = load()
-    kernels.matmul, kernels.copyto = matmul, copyto
-    kernels.max_pool2d_indices = max_pool2d_indices
-    kernels.take, kernels.where, kernels.compare = take, where, compare
-    kernels.add, kernels.multiply = add, multiply
+    for routed in _ROUTED:
+        setattr(kernels, routed, globals()[routed])
     return name
-
-
-_ROUTED = ("matmul", "copyto", "max_pool2d_indices", "take", "where", "compare", "add",
-           "multiply")
 
 
 def install_on_first_use():
@@ -146,10 +143,8 @@ def install_on_first_use():
 
 
 def uninstall():
-    kernels.matmul, kernels.copyto = np.matmul, np.copyto
-    kernels.max_pool2d_indices = _no_kernel
-    kernels.take, kernels.where, kernels.compare = _no_take, np.where, _no_compare
-    kernels.add, kernels.multiply = np.add, np.multiply
+    for name, numpy_one in _NUMPY.items():
+        setattr(kernels, name, numpy_one)
 
 
 def _addr(x):
