@@ -8,7 +8,7 @@
 //       [10] first batch of this dispatch  [11] unused
 //       [12 ..) br batch sizes, br A batch strides, br B batch strides
 // C is dense: batch z at z * M * N.
-//! include views.wgsl
+//! include matmul_lib.wgsl
 
 @group(1) @binding(0) var<storage, read_write> out: array<${T}>;
 @group(1) @binding(1) var<storage, read> lhs: array<${T}>;
@@ -19,23 +19,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let M = info[0];
     let N = info[1];
     let K = info[2];
-    let br = info[3];
     let row0 = i32(gid.y) * 4;
     let col0 = i32(gid.x) * 4;
     if (row0 >= M || col0 >= N) {
         return;
     }
     let z = i32(gid.z) + info[10];
-    var a0 = info[4];
-    var b0 = info[7];
-    var rem = z;
-    for (var d = br - 1; d >= 0; d--) {
-        let size = info[12 + d];
-        let c = rem % size;
-        rem /= size;
-        a0 += c * info[12 + br + d];
-        b0 += c * info[12 + 2 * br + d];
-    }
+    let ab = batch_offsets(z);
+    let a0 = ab.x;
+    let b0 = ab.y;
     let ars = info[5];
     let acs = info[6];
     let brs = info[8];

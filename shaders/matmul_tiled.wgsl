@@ -21,7 +21,7 @@
 // at BK=16, gained nothing.
 //
 // info: as matmul_vec4.wgsl.
-//! include views.wgsl
+//! include matmul_lib.wgsl
 
 @group(1) @binding(0) var<storage, read_write> out: array<vec4<${T}>>;
 @group(1) @binding(1) var<storage, read> lhs: array<vec4<${T}>>;
@@ -53,18 +53,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let M = info[0];
     let N = info[1];
     let K = info[2];
-    let br = info[3];
     let z = i32(wid.z) + info[10];
-    var a0 = info[4];
-    var b0 = info[7];
-    var rem = z;
-    for (var d = br - 1; d >= 0; d--) {
-        let size = info[12 + d];
-        let c = rem % size;
-        rem /= size;
-        a0 += c * info[12 + br + d];
-        b0 += c * info[12 + 2 * br + d];
-    }
+    let ab = batch_offsets(z);
+    let a0 = ab.x;
+    let b0 = ab.y;
     let ars = info[5] / 4;
     let brs = info[8] / 4;
     let n4 = N / 4;
