@@ -515,24 +515,20 @@ def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs):
     return out
 
 
-@kernel("conv2d")
-def conv2d(be, op, inputs, attrs, shape, dtype):
-    x, w = be.dense(inputs[0]), be.dense(inputs[1])
-    out = be.empty(shape, dtype)
-    if numel(shape):
-        _conv("conv2d", be, out, x, w, groups_1d(numel(shape)), shape[1], shape[2], shape[3],
-              w.shape[2:], attrs)
-    return out
+def _conv_runner(entry):
+    """conv2d and conv_transpose2d: one invocation per output element, the shader's `entry`."""
+    def run(be, op, inputs, attrs, shape, dtype):
+        x, w = be.dense(inputs[0]), be.dense(inputs[1])
+        out = be.empty(shape, dtype)
+        if numel(shape):
+            _conv(entry, be, out, x, w, groups_1d(numel(shape)), shape[1], shape[2], shape[3],
+                  w.shape[2:], attrs)
+        return out
+    return run
 
 
-@kernel("conv_transpose2d")
-def conv_transpose2d(be, op, inputs, attrs, shape, dtype):
-    x, w = be.dense(inputs[0]), be.dense(inputs[1])
-    out = be.empty(shape, dtype)
-    if numel(shape):
-        _conv("conv_transpose2d", be, out, x, w, groups_1d(numel(shape)), shape[1], shape[2],
-              shape[3], w.shape[2:], attrs)
-    return out
+for _name in ("conv2d", "conv_transpose2d"):
+    kernel(_name)(_conv_runner(_name))
 
 
 @kernel("conv2d_weight")
