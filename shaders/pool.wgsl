@@ -1,6 +1,7 @@
-// max_pool2d_indices (ember/ops/nn.py): for each window of a dense NCHW input, the flat index
-// (into H*W) of its maximum, as PyTorch's return_indices: the first maximum wins a tie, a NaN
-// beats any number and the last NaN of a window wins (as PyTorch's CUDA and CPU kernels).
+// max_pool2d_indices and max_pool2d (ember/ops/nn.py): for each window of a dense NCHW input,
+// the flat index (into H*W) of its maximum, as PyTorch's return_indices, or the maximum itself
+// (RESULT: best_at or best; OUT its type): the first maximum wins a tie, a NaN beats any number
+// and the last NaN of a window wins (as PyTorch's CUDA and CPU kernels).
 // Window rows r * sh - ph + i * dh outside the input are skipped. One invocation per output.
 //
 // info: [0] N*C [1] H [2] W [3] OH [4] OW [5] KH [6] KW [7] sh [8] sw [9] ph [10] pw
@@ -8,7 +9,7 @@
 //! include views.wgsl
 //! include lib.wgsl
 
-@group(1) @binding(0) var<storage, read_write> out: array<i32>;
+@group(1) @binding(0) var<storage, read_write> out: array<${OUT}>;
 @group(1) @binding(1) var<storage, read> x: array<${T}>;
 
 fn value_is_nan(v: ${T}) -> bool {
@@ -50,5 +51,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             }
         }
     }
-    out[i] = best_at;
+    out[i] = ${RESULT};
 }

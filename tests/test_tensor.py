@@ -987,6 +987,15 @@ def test_sigmoid_is_stable_at_the_extremes():
 def test_relu():
     assert T([-2.0, 0.0, 3.0]).relu().tolist() == [0.0, 0.0, 3.0]
     assert T([-2, 3]).relu().tolist() == [0, 3]
+    assert np.isnan(T([math.nan]).relu().to_numpy()[0])
+
+
+def test_relu_gradient_is_pytorchs_at_zero_and_nan():
+    # one op; its gradient is 0 at exactly 0 (maximum(x, 0) would give 1/2) and passes at NaN,
+    # as torch.relu's does
+    x = Tensor.from_data([-1.0, 0.0, 2.0, math.nan], backend=Autodiff(NdArray())).require_grad()
+    g = x.relu().sum().backward()
+    assert x.grad(g).tolist() == [0.0, 0.0, 1.0, 1.0]
 
 
 def _gelu_reference(a):

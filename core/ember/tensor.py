@@ -460,6 +460,7 @@ class Tensor:
     sqrt = _unary("sqrt")
     erf = _unary("erf")
     gelu = _unary("gelu")  # GELU with erf: the exact form, PyTorch's default
+    relu = _unary("relu")
     tanh = _unary("tanh")
     sin = _unary("sin")
     cos = _unary("cos")
@@ -493,10 +494,6 @@ class Tensor:
     def sigmoid(self):
         # via tanh: no overflow for large |x|, one transcendental
         return (self * 0.5).tanh() * 0.5 + 0.5
-
-    def relu(self):
-        # not maximum(x, 0): its gradient at exactly 0 would be 1; ReLU's is 0 (as PyTorch)
-        return self.mask_where(self <= 0, 0)
 
 
     def clamp(self, min=None, max=None):  # noqa: A002  (PyTorch's argument names)

@@ -36,6 +36,7 @@ CHECKS = {
     "cos": ([(3, 4)], "any", lambda x: x.cos()),
     "neg": ([(3, 4)], "any", lambda x: -x),
     "abs": ([(3, 4)], "away", lambda x: x.abs()),
+    "relu": ([(3, 4)], "away", lambda x: x.relu()),
     "add": ([(3, 1, 4), (2, 1)], "any", lambda a, b: a + b),
     "sub": ([(3, 4), (4,)], "any", lambda a, b: a - b),
     "mul": ([(2, 3), (3, 2, 1)], "any", lambda a, b: a * b * 3.0),
@@ -66,6 +67,9 @@ CHECKS = {
     "conv2d": ([(2, 4, 8, 6), (4, 2, 3, 2), (4,)], "any",
                lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(0, 1), dilation=(1, 2),
                                         groups=2)),
+    # overlapping windows (stride < kernel) and padding: one input can be several maxima
+    "max_pool2d": ([(2, 3, 5, 6)], "any",
+                   lambda x: F.max_pool2d(x, 3, 2, 1) * _w((2, 3, 3, 3))),
     "conv_transpose2d": ([(2, 4, 3, 3), (4, 2, 3, 2)], "any",
                          lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1,
                                                          output_padding=(1, 0), groups=2,

@@ -135,6 +135,7 @@ EXPRESSIONS = {
     "erf": "{0}.erf()",
     "sigmoid": "{0}.sigmoid()",
     "gelu": "{0}.gelu()",
+    "relu": "{0}.relu()",
     "softmax": "{0}.softmax(-1)",
     "clamp": "{0}.clamp(0.02, 0.05)",
     "mask_where": "{0}.mask_where(mask, 0.0)",

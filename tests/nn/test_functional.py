@@ -198,7 +198,7 @@ def test_max_pool2d_unbatched_and_float64():
 
 @pytest.mark.parametrize("shape, k", [((2, 3, 6, 8), 2), ((3, 4, 9), 3), ((1, 2, 6, 6), (2, 3))])
 def test_max_pool2d_without_gradient_matches_torch(shape, k):
-    # windows that tile the input, nothing to differentiate: the reshape + max path, NaN kept
+    # windows that tile the input, with and without a gradient to route: NaN kept
     x = np.random.default_rng(0).integers(-3, 4, shape).astype(np.float32)
     x.flat[5] = np.nan
     want = TF.max_pool2d(torch.tensor(x), k).numpy()

@@ -198,6 +198,7 @@ UNARY = {
     "cos": Elementwise(Tensor.cos, np.cos, -7, 7, float_only=True),
     "neg": Elementwise(operator.neg, np.negative),
     "abs": Elementwise(abs, np.abs),
+    "relu": Elementwise(Tensor.relu, lambda v: np.maximum(v, 0)),
 }
 
 BINARY = {

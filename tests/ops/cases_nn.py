@@ -309,27 +309,26 @@ POOLS = [  # id, x, kernel, stride, padding, dilation, ceil_mode
 ]
 
 
-def _pool_case(id, x, kernel, stride, padding, dilation, ceil_mode):
+def _pool_case(id, x, kernel, stride, padding, dilation, ceil_mode, values=False):
     k = _two(kernel)
     ref = max_pool2d_indices_ref(k, k if stride is None else _two(stride), _two(padding),
                                  _two(dilation), ceil_mode)
 
     def call(t):
+        if values:
+            return F.max_pool2d(t, kernel, stride, padding, dilation, ceil_mode)
         return F.max_pool2d(t, kernel, stride, padding, dilation, ceil_mode,
                             return_indices=True)[1]
-    return Case(id, (x,), call, ref)
 
-
-def _pool_values(x):
-    idx = max_pool2d_indices_ref((3, 3), (2, 2), (1, 1), (1, 1), True)(x)
-    n, c = x.shape[:2]
-    flat = x.reshape(n, c, -1)
-    return np.array([[flat[i, j][idx[i, j]] for j in range(c)] for i in range(n)])
+    def at_indices(a):  # the values: each plane gathered at the reference's indices
+        idx = ref(a)
+        flat = a.reshape(a.shape[0], a.shape[1], -1)
+        return np.take_along_axis(flat, idx.reshape(idx.shape[0], idx.shape[1], -1),
+                                  -1).reshape(idx.shape)
+    return Case(id, (x,), call, at_indices if values else ref)
 
 
 add("max_pool2d_indices", *(_pool_case(*row) for row in POOLS),
-    Case("values", (A((2, 2, 6, 5)),), lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True),
-         _pool_values),
     Case("unbatched", (A((2, 4, 4)),),
          lambda t: F.max_pool2d(t, 2, return_indices=True)[1],
          lambda a: max_pool2d_indices_ref((2, 2), (2, 2), (0, 0), (1, 1), False)(a[None])[0]),
@@ -341,3 +340,10 @@ add("max_pool2d_indices", *(_pool_case(*row) for row in POOLS),
     err("err-bool", (A((1, 1, 2, 2), "bool"),), lambda t: F.max_pool2d(t, 2), DTypeError),
     err("err-kernel", (A((1, 1, 4, 4)),), lambda t: F.max_pool2d(t, 0), ShapeError,
         match="kernel_size"))
+add("max_pool2d", *(_pool_case(*row, values=True) for row in POOLS),
+    Case("unbatched", (A((2, 4, 4)),), lambda t: F.max_pool2d(t, 2),
+         lambda a: a.reshape(2, 2, 2, 2, 2).max(axis=(2, 4))),
+    Case("with-indices", (A((2, 2, 6, 5)),),
+         lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True, return_indices=True)[0],
+         _pool_case("", None, 3, 2, 1, 1, True, values=True).ref),
+    err("err-bool", (A((1, 1, 2, 2), "bool"),), lambda t: F.max_pool2d(t, 2), DTypeError))

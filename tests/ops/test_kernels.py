@@ -31,7 +31,8 @@ def test_the_kernels_are_on_exactly_inside_pyodide():
         assert wasm.variant() in ("relaxed", "simd128")
         assert kernels.matmul is wasm.matmul and kernels.copyto is wasm.copyto
         assert kernels.take is wasm.take and kernels.where is wasm.where
-        assert kernels.compare is wasm.compare
+        assert kernels.compare is wasm.compare and kernels.relu is wasm.relu
+        assert kernels.max_pool2d is wasm.max_pool2d
     else:
         assert wasm.variant() is None and kernels.matmul is np.matmul
 
@@ -137,10 +138,29 @@ def test_max_pool2d_indices(monkeypatch, xs, kernel, stride, padding, dilation, 
     args = dict(kernel_size=kernel, stride=stride, padding=padding, dilation=dilation,
                 ceil_mode=ceil_mode, return_indices=True)
     out, idx = (t.to_numpy() for t in F.max_pool2d(Tensor.from_data(x), **args))
+    alone = F.max_pool2d(Tensor.from_data(x), **{**args, "return_indices": False}).to_numpy()
     monkeypatch.setattr(kernels, "max_pool2d_indices", lambda *a: None)  # NumPy's path
+    monkeypatch.setattr(kernels, "max_pool2d", lambda *a: None)
     ref_out, ref_idx = (t.to_numpy() for t in F.max_pool2d(Tensor.from_data(x), **args))
     np.testing.assert_array_equal(idx, ref_idx)
     np.testing.assert_array_equal(out, ref_out)
+    np.testing.assert_array_equal(alone, ref_out)
+
+
+@pytest.mark.parametrize("shape", [(4096,), (1, 32, 28, 28), (3, 50, 71), (5,)])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_relu(shape, inplace):
+    x = _f32(*shape)
+    x.flat[::7], x.flat[3::11], x.flat[5::13] = np.nan, -0.0, -np.inf
+    want = np.maximum(x, np.float32(0))
+    if inplace:  # NdArray hands relu its input's buffer when nothing else holds it
+        got = Tensor.from_data(x.copy()).relu().to_numpy()
+    else:
+        t = Tensor.from_data(x)
+        got = t.relu().to_numpy()
+        np.testing.assert_array_equal(t.to_numpy(), x)  # the input is unchanged
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # -0.0 kept, as NumPy
 
 
 @pytest.mark.parametrize("n", [4096, 5003, 70001])

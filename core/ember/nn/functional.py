@@ -4,13 +4,12 @@ PyTorch's signatures and semantics, NCHW layouts, weights in PyTorch's layout, s
 PyTorch weights load as they are. Inputs may leave out the batch dim (conv1d [C, L];
 conv2d and the pools [C, H, W]), as in PyTorch.
 
-Four primitives of the op table do the work (ember/ops/nn.py): conv2d, conv_transpose2d,
-conv2d_weight (their gradients) and max_pool2d_indices. Everything else is a composite, so
-it needs no backend work and Autodiff differentiates it through the primitives it uses:
+Five primitives of the op table do the work (ember/ops/nn.py): conv2d, conv_transpose2d,
+conv2d_weight (their gradients), max_pool2d and max_pool2d_indices. Everything else is a
+composite, so it needs no backend work and Autodiff differentiates it through the primitives it
+uses:
 
 - conv1d is conv2d over a unit height; bias is a broadcast add
-- max_pool2d gathers the input at max_pool2d_indices (its gradient is gather's, a scatter);
-  with no gradient to route and small windows that tile the input, the maximum of strided views
 - avg_pool2d, adaptive_avg_pool2d and bilinear interpolation are separable: A_h @ x @ A_w^T
   with small constant averaging/interpolation matrices built here in NumPy
 - nearest interpolation and embedding select rows
@@ -22,7 +21,6 @@ from numbers import Real
 import numpy as np
 
 from .. import shape as S
-from ..autodiff import is_grad_enabled
 from ..dtype import is_float
 from ..errors import DTypeError, ShapeError
 from ..ops import OPS
@@ -198,32 +196,15 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     stride = kernel if stride is None else _ints(name, "stride", stride, 2, 1)
     padding = _ints(name, "padding", padding, 2)
     dilation = _ints(name, "dilation", dilation, 2, 1)
-    n, c, h, w = x.shape
-    (kh, kw) = kernel
-    if (not return_indices and is_float(x.dtype) and kernel == stride and padding == (0, 0)
-            and dilation == (1, 1) and kh * kw <= 4 and h and w and h % kh == 0 and w % kw == 0
-            and not (is_grad_enabled() and x.is_require_grad())):
-        # small windows that tile the input, no gradient to route: the maximum of the
-        # kh * kw strided views, one per position in the window (for 2x2, 7 ops as the gather
-        # path, but no index arithmetic: ~20x less NumPy time than it, or than a max reduction
-        # over a reshape's (kh, kw) axes, which NumPy runs as a slow 2-element inner loop)
-        out = None
-        for i in range(kh):
-            for j in range(kw):
-                view = x[:, :, i::kh, j::kw]
-                out = view if out is None else out.maximum(view)
+    attrs = dict(kernel=kernel, stride=stride, padding=padding, dilation=dilation,
+                 ceil_mode=bool(ceil_mode))
+    out = _apply(OPS["max_pool2d"], x, **attrs)  # its gradient finds the indices itself
+    if not return_indices:
         return out.squeeze(0) if unbatched else out
-    idx = _apply(OPS["max_pool2d_indices"], x, kernel=kernel, stride=stride, padding=padding,
-                 dilation=dilation, ceil_mode=bool(ceil_mode))
-    # gather from x flattened whole (each plane's indices moved to its offset): NumPy's
-    # gather and its gradient's scatter-add are several times faster on one dim than on three
-    size = n * c * h * w
-    start = np.arange(n * c, dtype=np.int64 if size >= 2**31 else np.int32) * (h * w)
-    where = idx + Tensor.from_data(start.reshape(n, c, 1, 1), backend=x.backend)
-    out = x.reshape(size).gather(0, where.reshape(where.numel())).reshape(idx.shape)
+    idx = _apply(OPS["max_pool2d_indices"], x, **attrs)
     if unbatched:
         out, idx = out.squeeze(0), idx.squeeze(0)
-    return (out, idx) if return_indices else out
+    return out, idx
 
 
 def _window_matrix(size, out, kernel, stride, pad, include_pad):

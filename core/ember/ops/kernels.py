@@ -28,6 +28,11 @@ add = np.add
 multiply = np.multiply
 
 
+def relu(x, out=None):
+    """max(x, 0) with NaN kept (NumPy's maximum propagates it): the relu op."""
+    return np.maximum(x, x.dtype.type(0), out=out)
+
+
 def compare(ufunc, a, b):
     """ufunc(a, b) for a comparison ufunc (np.less_equal, ...): the comparison ops' NumPy
     implementation (ReLU's x <= 0 is one on every activation)."""
@@ -44,4 +49,10 @@ def take(x, idx):
 def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
     """max_pool2d_indices' int32 result [N, C, OH, OW] computed by a faster kernel, or None:
     no faster kernel here (the NumPy implementation in ops/nn.py runs)."""
+    return None
+
+
+def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
+    """max_pool2d's result [N, C, OH, OW] computed by a faster kernel, or None (the NumPy
+    implementation in ops/nn.py runs)."""
     return None

@@ -1,4 +1,4 @@
-"""The op table's neural-network primitives: the convolutions and max pooling's indices.
+"""The op table's neural-network primitives: the convolutions and max pooling.
 
 Declared like every other primitive (see ops/__init__.py); imported by ops/__init__.py.
 
@@ -9,9 +9,10 @@ Only what cannot be a composite is here; ember.nn.functional builds the rest:
                           adjoint of conv2d in x: conv2d's input gradient, and a user op
 - conv2d_weight(x, g)     conv2d's weight gradient [O, C/groups, KH, KW] (also that of
                           conv_transpose2d, with the roles of x and g swapped)
+- max_pool2d(x)           each window's maximum [N, C, OH, OW]; its gradient scatters g to
+                          where max_pool2d_indices says the maxima are
 - max_pool2d_indices(x)   the flat index (into H*W) of each window's maximum, PyTorch's
-                          `return_indices`; max_pool2d is a gather at these indices, so its
-                          gradient is gather's (a scatter), ties going to the first maximum
+                          `return_indices` (ties: the first maximum; NaN: the last NaN)
 
 The three convolutions are each other's gradients, so every derivative of any order stays
 inside this set. Their attrs are normalised by ember.nn.functional: `stride` and `dilation`
@@ -34,7 +35,7 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import DTypeError, ShapeError
-from . import INDEX, LINALG, kernels, op
+from . import INDEX, LINALG, _same_dtype, kernels, op
 
 _FLOATS = ("float32", "float64")
 _NUMBERS = ("int32", "int64", "float32", "float64")
@@ -357,6 +358,25 @@ def _max_pool2d_indices_rule(xs, kernel, stride, padding, dilation, ceil_mode):
     return xs[:2] + _pool_out("max_pool2d", xs, kernel, stride, padding, dilation, ceil_mode)
 
 
+def _pool_windows(x, kernel, stride, padding, dilation, oh, ow):
+    """The window view [N, C, KH, KW, OH, OW] over x padded with the dtype's lowest value (it
+    never beats a real element), and the windows' offsets in scan order."""
+    (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    h, w = x.shape[2:]
+    pads = ((ph, (oh - 1) * sh + dilation[0] * (kh - 1) + 1 - h - ph),
+            (pw, (ow - 1) * sw + dilation[1] * (kw - 1) + 1 - w - pw))
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    win = _windows(x, kernel, stride, pads, dilation, (oh, ow), low)
+    return win, [(i, j) for i in range(kh) for j in range(kw)]
+
+
+def _window_max(win, offsets):
+    best = win[:, :, 0, 0].copy()
+    for i, j in offsets[1:]:
+        np.maximum(best, win[:, :, i, j], out=best)  # NaN propagates, as in PyTorch
+    return best
+
+
 def _max_pool2d_indices_np(x, kernel, stride, padding, dilation, ceil_mode):
     n, c, h, w = x.shape
     oh, ow = _max_pool2d_indices_rule(x.shape, kernel, stride, padding, dilation, ceil_mode)[2:]
@@ -364,19 +384,12 @@ def _max_pool2d_indices_np(x, kernel, stride, padding, dilation, ceil_mode):
     if fast is not None:  # inside Pyodide, a WebAssembly kernel (ops/kernels.py)
         return fast if DEFAULT_INT == "int32" else fast.astype(DEFAULT_INT)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
-    pads = ((ph, (oh - 1) * sh + dh * (kh - 1) + 1 - h - ph),
-            (pw, (ow - 1) * sw + dw * (kw - 1) + 1 - w - pw))
-    floats = x.dtype.kind == "f"
-    low = -np.inf if floats else np.iinfo(x.dtype).min  # padding never exceeds a real value
-    win = _windows(x, kernel, stride, pads, dilation, (oh, ow), low)
+    win, offsets = _pool_windows(x, kernel, stride, padding, dilation, oh, ow)
     # which (output position, kernel offset) read a real element: rows x cols, tiny
     row_ok = np.arange(oh)[:, None] * sh - ph + np.arange(kh)[None, :] * dh  # [OH, KH]
     col_ok = np.arange(ow)[:, None] * sw - pw + np.arange(kw)[None, :] * dw  # [OW, KW]
     row_ok, col_ok = (row_ok >= 0) & (row_ok < h), (col_ok >= 0) & (col_ok < w)
-    offsets = [(i, j) for i in range(kh) for j in range(kw)]
-    best = win[:, :, 0, 0].copy()
-    for i, j in offsets[1:]:
-        np.maximum(best, win[:, :, i, j], out=best)  # NaN propagates, as in PyTorch
+    best = _window_max(win, offsets)
     # PyTorch keeps the first maximum of a window (it replaces only on a larger value):
     # walk the offsets backwards and let each equal one take over. Masked writes branch
     # on every element; the select is written as arithmetic instead.
@@ -390,7 +403,7 @@ def _max_pool2d_indices_np(x, kernel, stride, padding, dilation, ceil_mode):
         np.subtract(i * dh * w + j * dw, where, out=step)
         step *= hit
         where += step
-    if floats:
+    if x.dtype.kind == "f":
         nan = np.isnan(best)
         if nan.any():  # PyTorch takes a NaN over anything, and the last NaN of a window
             for i, j in offsets:
@@ -407,3 +420,35 @@ def _int_out(*dtypes, **attrs):
 
 op("max_pool2d_indices", INDEX, _max_pool2d_indices_np, "max_pool2d_indices",
    shape=_max_pool2d_indices_rule, dtype=_int_out, dtypes=_NUMBERS)
+
+
+# ---- max_pool2d: each window's maximum ---------------------------------------------------------
+# A primitive of its own, although it is a gather at max_pool2d_indices: as that composite it
+# cost an index pass, an offset add and a gather forward (7 ops with their reshapes; an MNIST
+# ConvNet's two pools were 14 of its 35 ops at batch 1). The gradient finds the indices then:
+# the scatter the gather's gradient was, ties and NaN routed by max_pool2d_indices' rule.
+def _max_pool2d_np(x, kernel, stride, padding, dilation, ceil_mode):
+    oh, ow = _max_pool2d_indices_rule(x.shape, kernel, stride, padding, dilation, ceil_mode)[2:]
+    fast = kernels.max_pool2d(x, kernel, stride, padding, dilation, (oh, ow))
+    if fast is not None:  # inside Pyodide, a WebAssembly kernel (ops/kernels.py)
+        return fast
+    return _window_max(*_pool_windows(x, kernel, stride, padding, dilation, oh, ow))
+
+
+def _max_pool2d_grad(g, y, x, **attrs):
+    def dx():
+        from ..tensor import Tensor
+        n, c, h, w = x.shape
+        idx = _run("max_pool2d_indices", x, **attrs)
+        # each plane's indices moved to its offset in x flattened whole: NumPy's scatter-add
+        # is several times faster on one dim than on three
+        size = n * c * h * w
+        start = np.arange(n * c, dtype=np.int64 if size >= 2**31 else np.int32) * (h * w)
+        where = idx + Tensor.from_data(start.reshape(n, c, 1, 1), backend=g.backend)
+        return g.new_zeros((size,)).scatter(0, where.reshape(where.numel()),
+                                            g.reshape(g.numel())).reshape(x.shape)
+    return (dx,)
+
+
+op("max_pool2d", INDEX, _max_pool2d_np, "max_pool2d", _max_pool2d_grad, saves=(0,),
+   shape=_max_pool2d_indices_rule, dtype=_same_dtype, dtypes=_NUMBERS)

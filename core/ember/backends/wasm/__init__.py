@@ -50,8 +50,8 @@ _F32 = np.dtype(np.float32)
 _BYTE = ctypes.c_byte
 # the names of ops.kernels this module rebinds (to its functions of the same names), and what
 # they are bound to before: NumPy's, or "no faster kernel here" (uninstall restores them)
-_ROUTED = ("matmul", "copyto", "max_pool2d_indices", "take", "where", "compare", "add",
-           "multiply")
+_ROUTED = ("matmul", "copyto", "max_pool2d_indices", "max_pool2d", "take", "where", "compare",
+           "relu", "add", "multiply")
 _NUMPY = {name: getattr(kernels, name) for name in _ROUTED}
 _BOOL = np.dtype(np.bool_)
 _I32 = np.dtype(np.int32)
@@ -104,7 +104,8 @@ def _warm_up():
         _gemm(a[:1], a.T)
         _lib.copy_strided(a.ctypes.data, a.T.ctypes.data, 1, 1, 1, 1, 64, 64, 0, 0, 0, 0, 1, 64)
         _lib.max_pool2d_indices(x.ctypes.data, 1, 4, 16, 16, 1024, 256, 16, 1, 3, 3, 2, 2, 1, 1,
-                                1, 1, 8, 8, a.ctypes.data)
+                                1, 1, 8, 8, a.ctypes.data, a.ctypes.data + 1024)
+        relu(a, out=a)
 
 
 def variant():
@@ -238,17 +239,53 @@ def copyto(dst, src):
     _lib.copy_strided(_addr(dst), _addr(src), *shape, *strides)
 
 
-def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
-    """max_pool2d_indices' int32 [N, C, OH, OW] for float32 x on the kernel, else None (NumPy's
-    implementation runs). The op's shape rule has checked the geometry already."""
+def _pool(x, out_hw, values):
     n, c, h, w = x.shape
     if x.dtype != _F32 or n * c * out_hw[0] * out_hw[1] < MIN_POOL or any(
             s & 3 for s in x.strides):
         return None
-    out = np.empty((n, c) + tuple(out_hw), np.int32)
-    s = [v >> 2 for v in x.strides]
-    _lib.max_pool2d_indices(_addr(x), n, c, h, w, *s, *kernel, *stride, *padding,
-                            *dilation, *out_hw, _new_addr(out))
+    shape = (n, c) + tuple(out_hw)
+    idx = np.empty(shape, np.int32)
+    vals = np.empty(shape, _F32) if values else None
+    return idx, vals, [v >> 2 for v in x.strides]
+
+
+def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
+    """max_pool2d_indices' int32 [N, C, OH, OW] for float32 x on the kernel, else None (NumPy's
+    implementation runs). The op's shape rule has checked the geometry already."""
+    got = _pool(x, out_hw, False)
+    if got is None:
+        return None
+    idx, _, s = got
+    _lib.max_pool2d_indices(_addr(x), *x.shape, *s, *kernel, *stride, *padding, *dilation,
+                            *out_hw, _new_addr(idx), 0)
+    return idx
+
+
+def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
+    """max_pool2d's float32 [N, C, OH, OW] on the kernel (it finds the indices on the way, into
+    scratch), else None."""
+    got = _pool(x, out_hw, True)
+    if got is None:
+        return None
+    idx, vals, s = got
+    _lib.max_pool2d_indices(_addr(x), *x.shape, *s, *kernel, *stride, *padding, *dilation,
+                            *out_hw, _new_addr(idx), _new_addr(vals))
+    return vals
+
+
+def relu(x, out=None):
+    """np.maximum(x, 0, out=out) for a contiguous float32 x (out: None or x itself, NdArray's
+    ownership rule) on the kernel; anything else by NumPy."""
+    if (x.dtype != _F32 or x.size < MIN_FLAT or not x.flags.c_contiguous
+            or (out is not None and out is not x)):
+        return _NUMPY["relu"](x, out=out)
+    if out is None:
+        out = np.empty(x.shape, _F32)
+        pout = _new_addr(out)
+    else:
+        pout = _addr(out)
+    _lib.relu_f32(pout, _addr(x), x.size)
     return out
 
 

@@ -251,9 +251,9 @@ void copy_strided(float *dst, const float *src, int d0, int d1, int d2, int d3, 
 // scan the window in order and take a value when it is larger or NaN, starting from the first
 // real element (so ties go to the first maximum, and the last NaN wins).
 
-// One output, any window (clipped at the borders).
+// One output, any window (clipped at the borders); its maximum goes to *value unless that is 0.
 static int pool_one(const float *plane, int h, int w, int sh, int sw, int r0, int c0, int kh,
-                    int kw, int dh, int dw) {
+                    int kw, int dh, int dw, float *value) {
   float best = 0.0f;
   int where = -1;
   for (int u = 0; u < kh; u++) {
@@ -269,6 +269,7 @@ static int pool_one(const float *plane, int h, int w, int sh, int sw, int r0, in
       }
     }
   }
+  if (value) *value = best;
   return where;
 }
 
@@ -296,10 +297,10 @@ INLINE v128_t four_apart(const float *p, int lane) {
 // the rest one by one. `lane` (step * sw) is a constant where the caller specialises it.
 INLINE void pool_row(const float *plane, int h, int w, int sh, int sw, int r0, int kh, int kw,
                      int step, int pw, int dh, int dw, int ow, int j_lo, int j_hi,
-                     int lane, int *out) {
+                     int lane, int *out, float *vals) {
   int j = 0;
   for (; j < j_lo && j < ow; j++)
-    out[j] = pool_one(plane, h, w, sh, sw, r0, j * step - pw, kh, kw, dh, dw);
+    out[j] = pool_one(plane, h, w, sh, sw, r0, j * step - pw, kh, kw, dh, dw, vals ? vals + j : 0);
   v128_t spread = wasm_i32x4_make(0, step, 2 * step, 3 * step);
   for (; j + 8 <= j_hi; j += 8) {
     int c0 = j * step - pw;
@@ -318,6 +319,10 @@ INLINE void pool_row(const float *plane, int h, int w, int sh, int sw, int r0, i
       }
     wasm_v128_store(out + j, where);
     wasm_v128_store(out + j + 4, where2);
+    if (vals) {
+      wasm_v128_store(vals + j, best);
+      wasm_v128_store(vals + j + 4, best2);
+    }
   }
   for (; j + 4 <= j_hi; j += 4) {
     int c0 = j * step - pw;
@@ -331,15 +336,17 @@ INLINE void pool_row(const float *plane, int h, int w, int sh, int sw, int r0, i
                   best, where);
       }
     wasm_v128_store(out + j, where);
+    if (vals) wasm_v128_store(vals + j, best);
   }
   for (; j < ow; j++)
-    out[j] = pool_one(plane, h, w, sh, sw, r0, j * step - pw, kh, kw, dh, dw);
+    out[j] = pool_one(plane, h, w, sh, sw, r0, j * step - pw, kh, kw, dh, dw, vals ? vals + j : 0);
 }
 
+// vals: 0, or where each window's maximum goes too (max_pool2d's values; `out` then is scratch)
 EXPORT(max_pool2d_indices)
 void max_pool2d_indices(const float *x, int n, int c, int h, int w, int sn, int sc, int sh,
                         int sw, int kh, int kw, int strh, int strw, int ph, int pw, int dh, int dw,
-                        int oh, int ow, int *out) {
+                        int oh, int ow, int *out, float *vals) {
   // the outputs j in [j_lo, j_hi) have windows inside the input's columns
   int j_lo = (pw + strw - 1) / strw;
   int j_hi = (w - 1 - (kw - 1) * dw + pw) / strw + 1;
@@ -355,18 +362,20 @@ void max_pool2d_indices(const float *x, int n, int c, int h, int w, int sn, int 
           // the common element spacings get their own copy of the row loop (constant `lane`)
           if (lane == 2)
             pool_row(plane, h, w, sh, sw, r0, kh, kw, strw, pw, dh, dw, ow, j_lo, j_hi, 2,
-                     out);
+                     out, vals);
           else if (lane == 1)
             pool_row(plane, h, w, sh, sw, r0, kh, kw, strw, pw, dh, dw, ow, j_lo, j_hi, 1,
-                     out);
+                     out, vals);
           else
             pool_row(plane, h, w, sh, sw, r0, kh, kw, strw, pw, dh, dw, ow, j_lo, j_hi,
-                     lane, out);
+                     lane, out, vals);
         } else {
           for (int j = 0; j < ow; j++)
-            out[j] = pool_one(plane, h, w, sh, sw, r0, j * strw - pw, kh, kw, dh, dw);
+            out[j] = pool_one(plane, h, w, sh, sw, r0, j * strw - pw, kh, kw, dh, dw,
+                              vals ? vals + j : 0);
         }
         out += ow;
+        if (vals) vals += ow;
       }
     }
 }
@@ -406,6 +415,23 @@ void select_f32(float *out, const unsigned char *mask, int value_bits, const flo
   }
   float v = wasm_f32x4_extract_lane(value, 0);
   for (; i < n; i++) out[i] = mask[i] ? v : x[i];
+}
+
+// out[i] = max(x[i], 0) as NumPy's maximum: NaN and -0.0 kept (pmax is x < 0 ? 0 : x). The relu
+// op; out may be x itself.
+EXPORT(relu_f32)
+void relu_f32(float *out, const float *x, int n) {
+  v128_t zero = wasm_f32x4_splat(0.0f);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    v128_t a = wasm_v128_load(x + i), b = wasm_v128_load(x + i + 4);
+    v128_t c = wasm_v128_load(x + i + 8), d = wasm_v128_load(x + i + 12);
+    wasm_v128_store(out + i, wasm_f32x4_pmax(a, zero));
+    wasm_v128_store(out + i + 4, wasm_f32x4_pmax(b, zero));
+    wasm_v128_store(out + i + 8, wasm_f32x4_pmax(c, zero));
+    wasm_v128_store(out + i + 12, wasm_f32x4_pmax(d, zero));
+  }
+  for (; i < n; i++) out[i] = x[i] < 0.0f ? 0.0f : x[i];
 }
 
 // out[i] = x[i] OP value (out: NumPy bools, one byte each; all contiguous), OP by `code`: 0 ==,

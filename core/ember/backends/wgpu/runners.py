@@ -541,22 +541,32 @@ def conv2d_weight(be, op, inputs, attrs, shape, dtype):
     return out
 
 
-@kernel("max_pool2d_indices")
-def max_pool2d_indices(be, op, inputs, attrs, shape, dtype):
-    x = be.dense(inputs[0])
-    out = be.empty(shape, dtype)
-    n = numel(shape)
-    if n == 0:
+def _max_pool2d_runner(values):
+    """max_pool2d (values) or max_pool2d_indices: one shader, RESULT picks what it stores."""
+    name = "max_pool2d" if values else "max_pool2d_indices"
+
+    def run(be, op, inputs, attrs, shape, dtype):
+        x = be.dense(inputs[0])
+        out = be.empty(shape, dtype)
+        n = numel(shape)
+        if n == 0:
+            return out
+        _, _, h, w = x.shape
+        words = [shape[0] * shape[1], h, w, shape[2], shape[3], *attrs["kernel"],
+                 *attrs["stride"], *attrs["padding"], *attrs["dilation"], x.offset]
+        k = compile_kernel(be.device, (name, x.dtype), name, lambda: (render(
+            "pool.wgsl", T=STORAGE[x.dtype], OUT=STORAGE[dtype],
+            RESULT="best" if values else "best_at",
+            NAN="is_nan(v)" if x.dtype == "float32" else "false"), "main", ("w", "r")))
+        be.device.dispatch(k, (out.storage.gpu, x.storage.gpu), words, groups_1d(n), be.cache)
+        if not values:
+            out.range = (0, h * w - 1)
         return out
-    _, _, h, w = x.shape
-    words = [shape[0] * shape[1], h, w, shape[2], shape[3], *attrs["kernel"], *attrs["stride"],
-             *attrs["padding"], *attrs["dilation"], x.offset]
-    k = compile_kernel(be.device, ("max_pool2d_indices", x.dtype), "max_pool2d_indices",
-                       lambda: (render("pool.wgsl", T=STORAGE[x.dtype], NAN="is_nan(v)" if
-                                       x.dtype == "float32" else "false"), "main", ("w", "r")))
-    be.device.dispatch(k, (out.storage.gpu, x.storage.gpu), words, groups_1d(n), be.cache)
-    out.range = (0, h * w - 1)
-    return out
+    return run
+
+
+for _name, _values in (("max_pool2d", True), ("max_pool2d_indices", False)):
+    kernel(_name)(_max_pool2d_runner(_values))
 
 
 CACHE = {}  # op -> its runner
