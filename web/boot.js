@@ -28,11 +28,136 @@ async def run(code, filename="<playground>", fresh=True):
         sys.stderr.flush()
 `;
 
-// boot({indexURL, cdn, emberWheelURL, progress, stdout, stderr}) -> {pyodide, run, versions, timings}
-// progress(stage, message); stdout/stderr(text) receive raw text as Python writes it.
-export async function boot({ indexURL, cdn = false, emberWheelURL, progress = () => {},
+// ---- fast install ------------------------------------------------------------------------------
+// Pyodide's loadPackage downloads a wheel only once its runtime is up, unpacks it with Python's
+// zipfile (inflate in WebAssembly, one write per file: 250-450 ms for numpy and ember in a warm
+// start here) and then calls importlib.invalidate_caches(), which imports importlib.metadata
+// (~150 ms more). Instead, fetchPackages fetches the wheels (the browser checks each against the
+// lock's sha256, as Pyodide does) and unzips them in JS with the browser's own inflate, while the
+// runtime boots, on the page's thread when Python runs in a worker; installUnpacked then writes
+// the files into Pyodide's file system, loads the packages' shared libraries as loadPackage does,
+// marks them loaded and refreshes only site-packages' import cache.
+
+// {name, fileName, installDir, files: [[path, Uint8Array]]} for `names` and their dependencies,
+// dependencies first
+export async function fetchPackages(indexURL, names = ["ember"]) {
+  const lockResponse = await fetch(`${indexURL}pyodide-lock.json`);
+  if (!lockResponse.ok) throw new Error(`cannot load ${indexURL}pyodide-lock.json`);
+  const lock = (await lockResponse.json()).packages;
+  const order = [];
+  const visit = (name) => {
+    const entry = lock[name];
+    if (!entry) throw new Error(`${name} is not in ${indexURL}pyodide-lock.json`);
+    if (order.includes(entry)) return;
+    entry.depends.forEach(visit);
+    order.push(entry);
+  };
+  names.forEach(visit);
+  return Promise.all(order.map(async (entry) => {
+    if (entry.install_dir !== "site" || !entry.file_name.endsWith(".whl")) {
+      throw new Error(`${entry.name}: only wheels installed into site-packages are unpacked here`);
+    }
+    const url = `${indexURL}${entry.file_name}`;
+    const integrity = `sha256-${btoa(String.fromCharCode(...entry.sha256.match(/../g).map((h) => parseInt(h, 16))))}`;
+    const response = await fetch(url, { integrity });
+    if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
+    const files = await unzip(await response.arrayBuffer(), entry.file_name);
+    return { name: entry.name, fileName: entry.file_name, installDir: entry.install_dir, files };
+  }));
+}
+
+// the ArrayBuffers under fetchPackages' result (to transfer it to a worker without a copy)
+export function transferables(packages) {
+  return [...new Set(packages.flatMap((p) => p.files.map(([, data]) => data.buffer)))];
+}
+
+// [[path, Uint8Array]] of a zip archive's files (stored or deflated members; no zip64)
+async function unzip(buffer, what) {
+  const bytes = new Uint8Array(buffer), view = new DataView(buffer);
+  const fail = (why) => { throw new Error(`${what}: ${why}`); };
+  let end = bytes.length - 22;
+  while (end >= Math.max(0, bytes.length - 22 - 65535) && view.getUint32(end, true) !== 0x06054b50) end--;
+  if (end < 0 || view.getUint32(end, true) !== 0x06054b50) fail("not a zip archive");
+  const count = view.getUint16(end + 10, true);
+  let at = view.getUint32(end + 16, true);
+  if (count === 0xffff || at === 0xffffffff) fail("zip64 archives are not unpacked here");
+  const names = new TextDecoder();
+  const files = [];
+  for (let i = 0; i < count; i++) {
+    if (view.getUint32(at, true) !== 0x02014b50) fail("damaged central directory");
+    const flags = view.getUint16(at + 8, true), method = view.getUint16(at + 10, true);
+    const size = view.getUint32(at + 20, true), fullSize = view.getUint32(at + 24, true);
+    const nameLength = view.getUint16(at + 28, true), local = view.getUint32(at + 42, true);
+    const name = names.decode(bytes.subarray(at + 46, at + 46 + nameLength));
+    at += 46 + nameLength + view.getUint16(at + 30, true) + view.getUint16(at + 32, true);
+    if (name.endsWith("/")) continue;
+    if (flags & 1) fail(`${name} is encrypted`);
+    if (name.startsWith("/") || name.split("/").includes("..")) fail(`unsafe member name ${name}`);
+    if (view.getUint32(local, true) !== 0x04034b50) fail(`damaged local header of ${name}`);
+    const start = local + 30 + view.getUint16(local + 26, true) + view.getUint16(local + 28, true);
+    const data = bytes.subarray(start, start + size);
+    if (method === 0) files.push([name, data]);
+    else if (method === 8) files.push([name, inflate(data, fullSize)]);
+    else fail(`${name}: compression method ${method}`);
+  }
+  return Promise.all(files.map(async ([name, data]) => [name, await data]));
+}
+
+async function inflate(data, size) {
+  const stream = new Blob([data]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
+  const out = new Uint8Array(await new Response(stream).arrayBuffer());
+  if (out.length !== size) throw new Error(`inflated ${out.length} bytes, expected ${size}`);
+  return out;
+}
+
+const SHARED_LIBRARY = /\.so(\.\d+)*$/;
+
+// Writes fetchPackages' files into site-packages and does what Pyodide's loadPackage does after
+// unpacking: the INSTALLER / PYODIDE_SOURCE records, the shared libraries, loadedPackages.
+async function installUnpacked(pyodide, packages) {
+  const api = pyodide._api;
+  const site = api.sitePackages;
+  const FS = pyodide.FS;
+  const made = new Set();
+  const mkdir = (dir) => { if (!made.has(dir)) { FS.mkdirTree(dir); made.add(dir); } };
+  for (const { name, fileName, files } of packages) {
+    const dynlibs = [];
+    for (const [path, data] of files) {
+      const target = `${site}/${path}`;
+      mkdir(target.slice(0, target.lastIndexOf("/")));
+      FS.writeFile(target, data, { canOwn: true });
+      if (SHARED_LIBRARY.test(path)) dynlibs.push(target);
+    }
+    const distInfo = files.map(([p]) => p.split("/")[0]).find((d) => d.endsWith(".dist-info"));
+    if (distInfo) {
+      FS.writeFile(`${site}/${distInfo}/INSTALLER`, "pyodide.loadPackage");
+      FS.writeFile(`${site}/${distInfo}/PYODIDE_SOURCE`, "pyodide");
+    }
+    await api.loadDynlibsFromPackage({ file_name: fileName }, dynlibs);
+    pyodide.loadedPackages[name] = "default channel";
+  }
+  // the finder of site-packages may have listed the folder before the files came
+  pyodide.runPython(`import sys\nf = sys.path_importer_cache.get(${JSON.stringify(site)})\n` +
+                    "if f is not None: f.invalidate_caches()", { globals: pyodide.toPy({}) });
+}
+
+// the Pyodide internals installUnpacked needs (pinned release; else loadPackage does the work)
+function canInstallUnpacked(pyodide) {
+  const api = pyodide._api;
+  return typeof api?.loadDynlibsFromPackage === "function" && typeof api.sitePackages === "string"
+    && typeof pyodide.FS?.writeFile === "function" && typeof pyodide.loadedPackages === "object";
+}
+
+// boot({indexURL, cdn, emberWheelURL, unpacked, progress, stdout, stderr})
+//   -> {pyodide, run, versions, timings}
+// unpacked: a promise of fetchPackages(indexURL) started elsewhere (ember.js, on the page's thread,
+// for a worker); by default boot fetches them itself once the runtime is up. A failure there falls
+// back to loadPackage. progress(stage, message); stdout/stderr(text) receive raw text as Python
+// writes it.
+export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, progress = () => {},
                              stdout = () => {}, stderr = () => {} }) {
   const t0 = performance.now();
+  unpacked?.catch(() => {}); // handled below, once the runtime is up
   const timings = {};
   const mark = (name) => { timings[name] = Math.round(performance.now() - t0); };
   const decoder = new TextDecoder();
@@ -53,7 +178,17 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, progress = ()
   progress("packages", "loading numpy and ember");
   const errors = [];
   const opts = { messageCallback: (m) => progress("packages", m), errorCallback: (m) => errors.push(m) };
-  if (cdn) {
+  let packages = null;
+  if (!cdn && canInstallUnpacked(pyodide)) {
+    try {
+      packages = await (unpacked ?? fetchPackages(indexURL));
+    } catch (e) {
+      progress("packages", `unpacking in JS failed (${e?.message ?? e}); loadPackage instead`);
+    }
+  }
+  if (packages) {
+    await installUnpacked(pyodide, packages);
+  } else if (cdn) {
     await pyodide.loadPackage(["numpy"], opts);
     await pyodide.loadPackage([emberWheelURL], opts);
   } else {

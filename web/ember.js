@@ -13,7 +13,7 @@
 // it rejects only when the runtime itself failed. handle.interrupt() raises KeyboardInterrupt in
 // a running worker (needs cross-origin isolation: `ember demo` sends COOP/COEP).
 // handle.versions, handle.timings (ms since loadEmber), handle.worker, handle.close().
-import { boot, CDN_URL, PYODIDE_VERSION } from "./boot.js";
+import { boot, CDN_URL, fetchPackages, PYODIDE_VERSION, transferables } from "./boot.js";
 
 export { CDN_URL, PYODIDE_VERSION };
 // `ember site` rewrites this URL to the build's pinned runtime, ../pyodide/<tag>/ (site.py)
@@ -98,6 +98,12 @@ function bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
         if (run) { runs.delete(m.id); run.reject(new Error(m.message)); } else fail(m.message);
       }
     };
-    w.postMessage({ type: "boot", indexURL, cdn, wheel, interrupt });
+    w.postMessage({ type: "boot", indexURL, cdn, wheel, interrupt, packagesFromPage: !cdn });
+    if (!cdn) {
+      // fetched and unzipped here while the worker boots the runtime: this thread is idle then
+      fetchPackages(indexURL).then(
+        (packages) => w.postMessage({ type: "packages", packages }, transferables(packages)),
+        (e) => w.postMessage({ type: "packages", error: String(e?.message ?? e) }));
+    }
   });
 }
