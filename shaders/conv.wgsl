@@ -11,6 +11,7 @@
 //
 // info: [0] N [1] C [2] H [3] W [4] O [5] OH [6] OW [7] KH [8] KW [9] sh [10] sw [11] top
 //       [12] left [13] dh [14] dw [15] groups [16] x's offset [17] the second input's offset
+//       [18] the bias's offset (conv2d with a bias: BIAS_DECL declares it, ACC adds it)
 // (for conv_transpose2d, H, W are x's and OH, OW the result's; for conv2d_weight, OH, OW are
 // g's.) T: f32.
 //! include views.wgsl
@@ -18,6 +19,7 @@
 @group(1) @binding(0) var<storage, read_write> out: array<${T}>;
 @group(1) @binding(1) var<storage, read> x: array<${T}>;
 @group(1) @binding(2) var<storage, read> y: array<${T}>;
+${BIAS_DECL}
 
 @compute @workgroup_size(256)
 fn conv2d(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -53,7 +55,7 @@ fn conv2d(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups
             }
         }
     }
-    out[i] = acc;
+    out[i] = ${ACC};
 }
 
 @compute @workgroup_size(256)

@@ -174,6 +174,15 @@ def _conv2d_bias(x, w, b):
 add("conv2d", *(_conv2d_case(*row) for row in CONV2D),
     Case("bias", (A((2, 3, 4, 4)), A((2, 3, 3, 3)), A((2,))),
          lambda x, w, b: F.conv2d(x, w, b, padding=1), _conv2d_bias, atol=1e-5),
+    # the op takes the bias as its third input: strided (a view) and grouped
+    Case("prim-bias-view-groups", (A((2, 4, 5, 5)), A((6, 2, 3, 3)), A((12,))),
+         lambda x, w, b: _apply(OPS["conv2d"], x, w, b[::2], stride=(1, 1),
+                                padding=((1, 1), (1, 1)), dilation=(1, 1), groups=2),
+         lambda x, w, b: conv2d_ref((1, 1), ((1, 1), (1, 1)), (1, 1), 2)(x, w)
+         + b[::2][None, :, None, None], atol=1e-5),
+    err("err-prim-bias-shape", (A((1, 2, 4, 4)), A((3, 2, 3, 3)), A((3, 1))),
+        lambda x, w, b: _apply(OPS["conv2d"], x, w, b, stride=(1, 1), padding=((0, 0), (0, 0)),
+                               dilation=(1, 1), groups=1), match=r"bias must have shape \[3\]"),
     Case("unbatched", (A((3, 4, 4)), A((2, 3, 3, 3))), lambda x, w: F.conv2d(x, w),
          lambda x, w: conv2d_ref((1, 1), _pairs(0), (1, 1), 1)(x[None], w)[0], atol=1e-5),
     Case("promotes-to-f64", (A((1, 2, 4, 4)), A((3, 2, 3, 3), F64)), F.conv2d,

@@ -34,6 +34,8 @@ __all__ = ["adaptive_avg_pool2d", "avg_pool2d", "conv1d", "conv2d", "conv_transp
 # ---- arguments ------------------------------------------------------------------------------
 def _ints(name, what, value, n, low=0):
     """An int or a sequence of n ints (each >= low) as a tuple of n ints."""
+    if type(value) is int and value >= low:  # the common case, short: every layer, every call
+        return (value,) * n
     items = (value,) * n if isinstance(value, (int, np.integer)) else value
     try:
         items = tuple(items)
@@ -82,6 +84,8 @@ def _conv_with_bias(name, op, x, weight, bias, channels, **attrs):
     if channels is not None and bias.shape != (channels,):  # None: the op says what is wrong
         raise ShapeError(f"{name}: bias must have shape [{channels}] (one value per output "
                          f"channel), got {S.fmt(bias.shape)}")
+    if op.name == "conv2d":  # the op takes it: added over the product, no op of its own
+        return _apply(op, x, weight, bias, **attrs)
     # `out` stays named on purpose, so the add gets a fresh buffer: handing it the conv's
     # (tensor._donatable) measured slower in Pyodide, SqueezeNet-sized forward 30 -> 42-45 ms
     # in headless Chromium (the in-place per-channel add over the conv's output)

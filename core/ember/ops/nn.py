@@ -4,7 +4,7 @@ Declared like every other primitive (see ops/__init__.py); imported by ops/__ini
 
 Only what cannot be a composite is here; ember.nn.functional builds the rest:
 
-- conv2d(x, w)            x [N, C, H, W], w [O, C/groups, KH, KW] -> [N, O, OH, OW]
+- conv2d(x, w[, b])       x [N, C, H, W], w [O, C/groups, KH, KW], b [O] -> [N, O, OH, OW]
 - conv_transpose2d(x, w)  x [N, C, H, W], w [C, O/groups, KH, KW] -> [N, O, OH, OW]; the
                           adjoint of conv2d in x: conv2d's input gradient, and a user op
 - conv2d_weight(x, g)     conv2d's weight gradient [O, C/groups, KH, KW] (also that of
@@ -30,6 +30,8 @@ back from cache by the next, not from memory; that conv_transpose2d also adds ea
 columns as long contiguous runs (_conv_transpose2d_flat).
 """
 
+import functools
+
 import numpy as np
 
 from .. import shape as S
@@ -49,6 +51,28 @@ def _run(name, *inputs, **attrs):
 
 
 # ---- geometry -----------------------------------------------------------------------------
+def _memo(rule):
+    """A shape rule remembered per arguments. The convolutions' and pools' checks cost 15-40 us
+    of Python a call inside Pyodide and run twice per op (the Tensor layer, then the NumPy
+    implementation's output size), for the same few shapes every step. Errors are not kept:
+    bad arguments raise every time, and unhashable ones (lists) are checked every time."""
+    seen = {}
+
+    @functools.wraps(rule)
+    def memo(*args, **attrs):
+        try:
+            key = (args, *attrs.items())
+            out = seen.get(key)
+        except TypeError:
+            return rule(*args, **attrs)
+        if out is None:
+            if len(seen) >= 4096:
+                seen.clear()
+            out = seen[key] = rule(*args, **attrs)
+        return out
+    return memo
+
+
 def _check_geometry(name, stride, dilation, groups=1):
     for what, pair in (("stride", stride), ("dilation", dilation)):
         if len(pair) != 2 or any(type(v) is not int or v < 1 for v in pair):
@@ -75,10 +99,10 @@ def _window_out(name, size, kernel, stride, padding, dilation, xs, ws=None):
 
 
 def _float_pair(name):
-    def rule(a, b, **attrs):
-        if a != b:
-            raise DTypeError(f"{name}: the two inputs must have one dtype, got {a} and {b}; "
-                             "cast one with .cast()")
+    def rule(a, *others, **attrs):
+        if any(b != a for b in others):
+            raise DTypeError(f"{name}: the inputs must have one dtype, got "
+                             f"{', '.join((a, *others))}; cast with .cast()")
         return a
     return rule
 
@@ -135,7 +159,8 @@ def _batch_blocks(n, per_image_bytes):
 
 
 # ---- conv2d ---------------------------------------------------------------------------------
-def _conv2d_rule(xs, ws, stride, padding, dilation, groups):
+@_memo
+def _conv2d_rule(xs, ws, *bias, stride, padding, dilation, groups):
     name = "conv2d"
     if len(xs) != 4 or len(ws) != 4:
         raise ShapeError(f"{name}: input must be 4-D [N, C, H, W] and weight 4-D "
@@ -149,18 +174,25 @@ def _conv2d_rule(xs, ws, stride, padding, dilation, groups):
     if o % groups:
         raise ShapeError(f"{name}: weight {S.fmt(ws)} has {o} output channels, which "
                          f"groups={groups} does not divide")
+    if bias and bias[0] != (o,):
+        raise ShapeError(f"{name}: bias must have shape [{o}] (one value per output channel of "
+                         f"weight {S.fmt(ws)}), got {S.fmt(bias[0])}")
     oh, ow = _window_out(name, (h, w), (kh, kw), stride, padding, dilation, xs, ws)
     return (n, o, oh, ow)
 
 
-def _conv2d_np(x, w, stride, padding, dilation, groups):
+def _conv2d_np(x, w, b=None, *, stride, padding, dilation, groups):
     n = x.shape[0]
     o, _, kh, kw = w.shape
-    oh, ow = _conv2d_rule(x.shape, w.shape, stride, padding, dilation, groups)[2:]
+    oh, ow = _conv2d_rule(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation,
+                          groups=groups)[2:]
     cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
     # one matmul: [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW], BLAS once per (n, g); not
     # in blocks of the batch as the gradients are: measured slower on MNIST's third conv
-    return kernels.matmul(w.reshape(groups, o // groups, -1), cols).reshape(n, o, oh, ow)
+    out = kernels.matmul(w.reshape(groups, o // groups, -1), cols).reshape(n, o, oh, ow)
+    if b is not None:  # the bias, added over the fresh product in place
+        kernels.add(out, b.reshape(1, o, 1, 1), out=out)
+    return out
 
 
 def _input_padding(in_hw, kernel, stride, padding, dilation):
@@ -173,14 +205,15 @@ def _input_padding(in_hw, kernel, stride, padding, dilation):
     return tuple(out)
 
 
-def _conv2d_grad(g, y, x, w, stride, padding, dilation, groups):
+def _conv2d_grad(g, y, x, w, *bias, stride, padding, dilation, groups):
     kernel = w.shape[2:]
     back = _input_padding(x.shape[2:], kernel, stride, padding, dilation)
     return (
         lambda: _run("conv_transpose2d", g, w, stride=stride, padding=back, dilation=dilation,
                      groups=groups),
         lambda: _run("conv2d_weight", x, g, kernel=kernel, stride=stride, padding=padding,
-                     dilation=dilation, groups=groups))
+                     dilation=dilation, groups=groups),
+        lambda: g.sum_dim((0, 2, 3)).reshape(w.shape[0]))[:2 + len(bias)]
 
 
 op("conv2d", LINALG, _conv2d_np, "conv2d", _conv2d_grad, saves=(0, 1),
@@ -188,6 +221,7 @@ op("conv2d", LINALG, _conv2d_np, "conv2d", _conv2d_grad, saves=(0, 1),
 
 
 # ---- conv_transpose2d: the adjoint of conv2d in its input -----------------------------------
+@_memo
 def _conv_transpose2d_rule(xs, ws, stride, padding, dilation, groups):
     name = "conv_transpose2d"
     if len(xs) != 4 or len(ws) != 4:
@@ -285,6 +319,7 @@ op("conv_transpose2d", LINALG, _conv_transpose2d_np, "conv_transpose2d",
 
 
 # ---- conv2d_weight: the gradient of conv2d in its weight -------------------------------------
+@_memo
 def _conv2d_weight_rule(xs, gs, kernel, stride, padding, dilation, groups):
     name = "conv2d_weight"
     if len(xs) != 4 or len(gs) != 4:
@@ -354,6 +389,7 @@ def _pool_out(name, xs, kernel, stride, padding, dilation, ceil_mode):
     return tuple(out)
 
 
+@_memo
 def _max_pool2d_indices_rule(xs, kernel, stride, padding, dilation, ceil_mode):
     return xs[:2] + _pool_out("max_pool2d", xs, kernel, stride, padding, dilation, ceil_mode)
 

@@ -348,7 +348,20 @@ def compare(ufunc, a, b):
     return out
 
 
+_GEOMETRY = {}  # (a.shape, b.shape) -> _rows' answer: a few shapes recur every forward
+
+
 def _rows(a, b):
+    key = (a.shape, b.shape)
+    geometry = _GEOMETRY.get(key, False)
+    if geometry is False:
+        if len(_GEOMETRY) >= 4096:
+            _GEOMETRY.clear()
+        geometry = _GEOMETRY[key] = _rows_of(a, b)
+    return geometry
+
+
+def _rows_of(a, b):
     """(rows, inner, channels) when b broadcasts against a as one value per row of a (b's sizes
     equal a's on one block of dims and are 1 elsewhere): a [N, C, H, W] with b [1, C, 1, 1] is
     N*C rows of H*W, b[r % C] for row r; b of a's shape is a.size rows of 1. Else None."""

@@ -503,26 +503,34 @@ def matmul(be, op, inputs, attrs, shape, dtype):
 
 
 # ---- convolution and pooling (ember/ops/nn.py) --------------------------------------------------
-def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs):
+def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs, bias=None):
     (top, _), (left, _) = attrs["padding"]
     stride, dilation = attrs["stride"], attrs["dilation"]
     words = [*x.shape, o, oh, ow, *kernel, *stride, top, left, *dilation, attrs["groups"],
-             x.offset, second.offset]
-    k = compile_kernel(be.device, ("conv", entry, out.dtype), entry, lambda: (
-        render("conv.wgsl", T=STORAGE[out.dtype]), entry, ("w", "r", "r")))
-    be.device.dispatch(k, (out.storage.gpu, x.storage.gpu, second.storage.gpu), words,
+             x.offset, second.offset, 0 if bias is None else bias.offset]
+    has_bias = bias is not None
+    k = compile_kernel(be.device, ("conv", entry, out.dtype, has_bias), entry, lambda: (
+        render("conv.wgsl", T=STORAGE[out.dtype],
+               BIAS_DECL=(f"@group(1) @binding(3) var<storage, read> bias: "
+                          f"array<{STORAGE[out.dtype]}>;") if has_bias else "",
+               ACC="acc + bias[info[18] + o]" if has_bias else "acc"),
+        entry, ("w", "r", "r") + ("r",) * has_bias))
+    buffers = (out.storage.gpu, x.storage.gpu, second.storage.gpu)
+    be.device.dispatch(k, buffers + ((bias.storage.gpu,) if has_bias else ()), words,
                        n_out_groups, be.cache)
     return out
 
 
 def _conv_runner(entry):
-    """conv2d and conv_transpose2d: one invocation per output element, the shader's `entry`."""
+    """conv2d (with its bias, when given) and conv_transpose2d: one invocation per output
+    element, the shader's `entry`."""
     def run(be, op, inputs, attrs, shape, dtype):
         x, w = be.dense(inputs[0]), be.dense(inputs[1])
+        bias = be.dense(inputs[2]) if len(inputs) > 2 else None
         out = be.empty(shape, dtype)
         if numel(shape):
             _conv(entry, be, out, x, w, groups_1d(numel(shape)), shape[1], shape[2], shape[3],
-                  w.shape[2:], attrs)
+                  w.shape[2:], attrs, bias)
         return out
     return run
 
