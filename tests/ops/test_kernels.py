@@ -16,7 +16,8 @@ from ember import Tensor
 from ember.backend import Autodiff, NdArray
 from ember.errors import ShapeError
 from ember.nn import functional as F
-from ember.ops import kernels
+from ember.ops import OPS, kernels
+from ember.tensor import _apply
 
 PYODIDE = sys.platform == "emscripten"
 rng = np.random.default_rng(20261130)
@@ -32,7 +33,7 @@ def test_the_kernels_are_on_exactly_inside_pyodide():
         assert kernels.matmul is wasm.matmul and kernels.copyto is wasm.copyto
         assert kernels.take is wasm.take and kernels.where is wasm.where
         assert kernels.compare is wasm.compare and kernels.relu is wasm.relu
-        assert kernels.max_pool2d is wasm.max_pool2d
+        assert kernels.max_pool2d is wasm.max_pool2d and kernels.conv2d is wasm.conv2d
     else:
         assert wasm.variant() is None and kernels.matmul is np.matmul
 
@@ -112,6 +113,24 @@ def test_conv2d_and_its_gradients(xs, ws, stride, padding, dilation, groups):
 
     for got, ref in zip(run(np.float32), run(np.float64)):
         _close(got, ref, k * 4)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("padding", [((1, 1), (1, 1)), ((2, -1), (-2, 3)), ((0, 0), (0, 0))])
+def test_conv2d_with_bias_strided_inputs_and_cropping(layout, padding):
+    # the one-call path (inside Pyodide: columns, GEMM and bias in WebAssembly) against float64
+    # NumPy, on inputs that are views and with the negative padding gradients use
+    x, w, b = _f32(2, 6, 17, 15), _f32(10, 6, 3, 3), _f32(10)
+    if layout == "transposed":
+        x = np.ascontiguousarray(x.swapaxes(2, 3)).swapaxes(2, 3)
+    elif layout == "sliced":
+        x = _f32(2, 6, 34, 15)[:, :, ::2]
+    attrs = dict(stride=(2, 1), padding=padding, dilation=(1, 2), groups=1)
+    got = _apply(OPS["conv2d"], Tensor.from_data(x), Tensor.from_data(w), Tensor.from_data(b),
+                 **attrs).to_numpy()
+    ref = _apply(OPS["conv2d"], *(Tensor.from_data(a.astype(np.float64)) for a in (x, w, b)),
+                 **attrs).to_numpy()
+    _close(got, ref, 6 * 9)
 
 
 POOLS = [  # x shape, kernel, stride, padding, dilation, ceil_mode

@@ -186,6 +186,9 @@ def _conv2d_np(x, w, b=None, *, stride, padding, dilation, groups):
     o, _, kh, kw = w.shape
     oh, ow = _conv2d_rule(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation,
                           groups=groups)[2:]
+    fast = kernels.conv2d(x, w, b, stride, padding, dilation, groups, (oh, ow))
+    if fast is not None:  # inside Pyodide, one WebAssembly call (ops/kernels.py)
+        return fast
     cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
     # one matmul: [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW], BLAS once per (n, g); not
     # in blocks of the batch as the gradients are: measured slower on MNIST's third conv
