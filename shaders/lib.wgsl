@@ -38,6 +38,15 @@ fn op_gelu(x: f32) -> f32 {
     return 0.5 * x * (1.0 + op_erf(x * 0.70710678118654752));
 }
 
+// GELU'(x) = Phi(x) + x phi(x) with Phi read from y = gelu(x) = x Phi(x) (the gelu_grad op),
+// near 0 Phi's series 1/2 + x / sqrt(2 pi) (y / x has lost its digits there)
+fn op_gelu_grad(x: f32, y: f32) -> f32 {
+    let x2 = x * x;
+    let series = 0.5 + x * 0.3989422804014327;
+    let cdf = select(y / x, series, x2 < 1e-6);
+    return cdf + x * 0.3989422804014327 * exp(-0.5 * x2);
+}
+
 // NumPy's power for float32, special values included (C99 pow): WGSL's pow is only defined
 // for a positive base.
 fn op_pow(a: f32, b: f32) -> f32 {

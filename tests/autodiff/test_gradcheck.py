@@ -37,6 +37,9 @@ CHECKS = {
     "neg": ([(3, 4)], "any", lambda x: -x),
     "abs": ([(3, 4)], "away", lambda x: x.abs()),
     "relu": ([(3, 4)], "away", lambda x: x.relu()),
+    # GELU's gradient op, differentiated itself (in g and in x; y stands for gelu(x))
+    "gelu_grad": ([(3, 4), (3, 4)], "any",
+                  lambda g, x: _apply(OPS["gelu_grad"], g, x, x.gelu())),
     "add": ([(3, 1, 4), (2, 1)], "any", lambda a, b: a + b),
     "sub": ([(3, 4), (4,)], "any", lambda a, b: a - b),
     "mul": ([(2, 3), (3, 2, 1)], "any", lambda a, b: a * b * 3.0),

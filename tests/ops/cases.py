@@ -887,6 +887,32 @@ add("full",
         DTypeError))
 
 
+# ---- gelu_grad: GELU's gradient, g * GELU'(x) with y = gelu(x) -------------------------------
+def _gelu_grad_ref(g, x):
+    erf = np.vectorize(math.erf, otypes=[float])
+    return g * ((1 + erf(x / math.sqrt(2))) / 2 + x * np.exp(-x * x / 2) / math.sqrt(2 * math.pi))
+
+
+def _gelu_grad_call(g, x):
+    from ember.ops import OPS
+    from ember.tensor import _apply
+    return _apply(OPS["gelu_grad"], g, x, x.gelu())
+
+
+add("gelu_grad",
+    Case("f32", (A((3, 40)), A((3, 40), F32, -5, 5)), _gelu_grad_call, _gelu_grad_ref, F32,
+         rtol=1e-5, atol=1e-6),
+    Case("f64-bcast", (A((2, 1, 3), F64), A((4, 3), F64, -5, 5)), _gelu_grad_call,
+         _gelu_grad_ref, rtol=1e-12, atol=1e-14),
+    # around 0 y / x has lost its digits: Phi's series; and the blocked path (> 64k elements)
+    Case("near-zero", (A((5,)), lit([0.0, -0.0, 1e-30, -3e-4, 2e-3], F32)), _gelu_grad_call,
+         _gelu_grad_ref, F32, rtol=1e-6, atol=1e-7),
+    Case("blocked", (A((70000,)), A((70000,), F32, -6, 6)), _gelu_grad_call, _gelu_grad_ref,
+         F32, rtol=1e-5, atol=1e-6),
+    err("err-mixed-dtypes", (A((3,)), A((3,), F64)), _gelu_grad_call, DTypeError,
+        match="gelu_grad"))
+
+
 from . import cases_nn  # noqa: E402,F401  (adds the cases of the nn primitives, ops/nn.py)
 
 

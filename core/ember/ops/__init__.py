@@ -107,4 +107,10 @@ def op(name, kind, np, wgsl=None, grad=None, **rules: Any):
     return entry
 
 
+def _run(name, *inputs, **attrs):
+    """Run the primitive `name` on Tensors: gradient rules written with other primitives."""
+    from ..tensor import _apply  # tensor.py imports the op table: import when first used
+    return _apply(OPS[name], *inputs, **attrs)
+
+
 from . import definitions, nn  # noqa: E402,F401  (fill OPS)

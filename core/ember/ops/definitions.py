@@ -11,9 +11,10 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import DTypeError, ShapeError
-from . import BINARY, COMPARE, INDEX, LINALG, MOVEMENT, REDUCE, SOURCE, UNARY, kernels, op
+from . import BINARY, COMPARE, INDEX, LINALG, MOVEMENT, REDUCE, SOURCE, UNARY, _run, kernels, op
 from .numerics import erf as _np_erf
 from .numerics import gelu as _np_gelu
+from .numerics import gelu_grad as _np_gelu_grad
 
 _FLOATS = ("float32", "float64")
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
@@ -34,20 +35,11 @@ unary("erf", _np_erf, "op_erf({0})",
             lambda g, y, x: (g * (x * x * -1).exp() * (2 / math.sqrt(math.pi)),), (0,))
 
 
-def _gelu_grad(g, y, x):
-    # gelu' = Phi(x) + x phi(x), and Phi(x) = y / x: one pass instead of erf's ~25. Near 0,
-    # where y / x loses its digits (0 / 0, subnormals), Phi's series 1/2 + x / sqrt(2 pi) is
-    # exact to the dtype's precision (the next term, x^3 / 15, is below half an ulp)
-    small = 1e-3 if x.dtype == "float32" else 1e-6
-    x2, xs = x * x, x * _INV_SQRT_2PI  # each read twice
-    cdf = (y / x).mask_where(x2 < small * small, xs + 0.5)
-    return (g * (cdf + xs * (x2 * -0.5).exp()),)
-
-
 # GELU is a primitive although erf is one: as a composite it cost 5 ops forward (5 kernels on
 # Wgpu, 5 passes over every activation) and ran erf again backward; as one op the forward is one
-# kernel (NumPy: blocks that stay in cache) and the backward reads Phi(x) from y / x
-unary("gelu", _np_gelu, "op_gelu({0})", _gelu_grad, (0, "out"))
+# kernel (NumPy: blocks that stay in cache). Its gradient is gelu_grad, one op too (below).
+unary("gelu", _np_gelu, "op_gelu({0})",
+      lambda g, y, x: (_run("gelu_grad", g, x, y),), (0, "out"))
 unary("tanh", np.tanh, "tanh({0})", lambda g, y, x: (g * (1 - y * y),), ("out",))
 unary("sin", np.sin, "sin({0})", lambda g, y, x: (g * x.cos(),), (0,))
 unary("cos", np.cos, "cos({0})", lambda g, y, x: (-(g * x.sin()),), (0,))
@@ -387,6 +379,27 @@ op(
     _mask_where_grad,
     saves=(1,), shape=lambda *s: S.broadcast("mask_where", *s), dtype=_mask_where_dtype,
     donors=(0,), scalars=True)
+
+
+# gelu_grad(g, x, y) = g * GELU'(x) where y = gelu(x): GELU's gradient as one op (it was 11
+# ops over every activation, the most of an MNIST training step's GELU cost), reading Phi(x)
+# from y / x. Its own gradient (double backward): in g it is itself; in x, g * GELU''(x) with
+# GELU'' = phi (2 - x^2); y only stands for gelu(x), so it has none of its own.
+def _gelu_grad_grad(h, out, g, x, y):
+    phi = (x * x * -0.5).exp() * _INV_SQRT_2PI
+    return (lambda: _run("gelu_grad", h, x, y), lambda: h * g * phi * (2 - x * x), None)
+
+
+def _floats_alike(*dtypes, **attrs):
+    if len(set(dtypes)) != 1:
+        raise DTypeError(f"gelu_grad: g, x and y must have one float dtype, got "
+                         f"{', '.join(dtypes)}")
+    return dtypes[0]
+
+
+op("gelu_grad", INDEX, lambda g, x, y: _np_gelu_grad(g, x, y), "({0} * op_gelu_grad({1}, {2}))",
+   _gelu_grad_grad, saves=(0, 1, 2), shape=lambda *s: S.broadcast("gelu_grad", *s),
+   dtype=_floats_alike, dtypes=_FLOATS)
 
 
 # ---- linear algebra -----------------------------------------------------------------------

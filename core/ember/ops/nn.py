@@ -37,17 +37,10 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import DTypeError, ShapeError
-from . import INDEX, LINALG, _same_dtype, kernels, op
+from . import INDEX, LINALG, _run, _same_dtype, kernels, op
 
 _FLOATS = ("float32", "float64")
 _NUMBERS = ("int32", "int64", "float32", "float64")
-
-
-def _run(name, *inputs, **attrs):
-    """Run a primitive of this file on Tensors (grad rules are written with ember ops)."""
-    from ..tensor import _apply  # tensor.py imports the op table: import when first used
-    from . import OPS
-    return _apply(OPS[name], *inputs, **attrs)
 
 
 # ---- geometry -----------------------------------------------------------------------------

