@@ -418,8 +418,10 @@ def _binary(code, ufunc, a, b, out):
         return ufunc(a, b, out=out)  # Python scalars, other dtypes
     if b.size > a.size:
         a, b = b, a  # both ops commute: the larger operand sets the rows
+    if a.size < MIN_FLAT:  # (first: an empty operand has no rows to divide by)
+        return ufunc(a, b, out=out)
     geometry = _rows(a, b)
-    if (geometry is None or a.size < MIN_FLAT
+    if (geometry is None
             or (geometry[1] < 4 and geometry[2] != geometry[0])  # rows too short to pay
             or not (a.flags.c_contiguous and b.flags.c_contiguous)
             or (out is not None and not (out.dtype == _F32 and out.shape == a.shape
