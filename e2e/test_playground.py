@@ -105,6 +105,29 @@ def test_main_thread_mode(page):
     assert "on the page's thread" in page.text_content("#versions")
 
 
+@pytest.mark.parametrize("query", ["", "?worker=0"])
+def test_the_wheels_are_installed_without_pythons_unpacking(page, query):
+    """boot.js unzips numpy's and ember's wheels in JS (fetchPackages) and writes them into
+    Pyodide's file system: no loadPackage, so neither its unpacking modules nor
+    importlib.metadata (which importlib.invalidate_caches() imports) are loaded at start-up; the
+    packages still count as loaded, with their dist-info and shared libraries."""
+    assert wait_ready(page, f"playground/{query}") == "ready"
+    out = run_code(page, "import sys\n"
+                         "print(sorted(m for m in ('importlib.metadata', 'tarfile', 'email')"
+                         " if m in sys.modules))\n"
+                         "import pyodide_js, numpy.linalg, numpy.random, ember\n"
+                         "print(sorted(pyodide_js.loadedPackages.to_py()))\n"
+                         "from importlib.metadata import distribution\n"
+                         "d = distribution('numpy')\n"
+                         "print(d.version, d.read_text('INSTALLER'),"
+                         " distribution('ember').version)\n"
+                         "print(round(float(numpy.linalg.det(numpy.eye(3) * 2)), 6),"
+                         " numpy.random.default_rng(0).integers(0, 1, 2).tolist())\n")
+    assert page.get_attribute("#output", "data-state") == "ok", out
+    assert out.splitlines()[:4] == ["[]", "['ember', 'numpy']",
+                                    "2.0.2 pyodide.loadPackage 0.1.0", "8.0 [0, 0]"], out
+
+
 def test_namespaces_are_fresh_and_outputs_stream_in_order(page):
     wait_ready(page)
     run_code(page, "x = 41")

@@ -1,7 +1,9 @@
 """What `ember site` builds, checked on the session's site (no browser)."""
 
+import gzip
 import hashlib
 import json
+import re
 import zipfile
 
 from ember import site
@@ -30,6 +32,24 @@ def test_stdlib_and_wheels_ship_as_bytecode(site_dir):
     with zipfile.ZipFile(site_dir / "pyodide" / numpy["file_name"]) as z:
         names = z.namelist()
     assert "numpy/__init__.pyc" in names and not any(n.endswith(".py") for n in names)
+
+
+def test_the_boot_packages_ship_stored_and_gzipped_whole(site_dir):
+    """numpy and ember, which every page installs at start-up (web/boot.js fetchPackages): their
+    members stored, the whole wheel gzipped beside it, numpy without what no page needs."""
+    lock = json.loads((site_dir / "pyodide" / "pyodide-lock.json").read_text())
+    for name in ("numpy", "ember"):
+        wheel = site_dir / "pyodide" / lock["packages"][name]["file_name"]
+        assert gzip.decompress(wheel.with_name(wheel.name + ".gz").read_bytes()) == \
+            wheel.read_bytes()
+        with zipfile.ZipFile(wheel) as z:
+            assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
+            names = z.namelist()
+        if name == "numpy":
+            assert not [n for n in names if re.search(site.DROP["numpy"], n)]
+            assert "numpy/_core/_multiarray_tests.cpython-312-wasm32-emscripten.so" in names
+    assert not (site_dir / "pyodide" / lock["packages"]["pillow"]["file_name"]
+                ).with_suffix(".whl.gz").exists()  # loaded on demand only: loadPackage's path
 
 
 def test_pages_and_runtime_are_in_place(site_dir):

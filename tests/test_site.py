@@ -58,6 +58,33 @@ def test_dependencies_are_closed_over():
         site.with_dependencies(lock, ["scipy"])
 
 
+@pytest.mark.parametrize("member, dropped", [
+    ("numpy/__init__.pyi", True), ("numpy/_core/include/numpy/ndarraytypes.h", True),
+    ("numpy/_core/lib/libnpymath.a", True), ("numpy/random/c_distributions.pxd", True),
+    ("numpy/f2py/src/fortranobject.c", True), ("numpy/random/_examples/cython/meson.build", True),
+    ("numpy/_core/_umath_tests.cpython-312-wasm32-emscripten.so", True),
+    # numpy's import documents a function of _multiarray_tests: it must stay
+    ("numpy/_core/_multiarray_tests.cpython-312-wasm32-emscripten.so", False),
+    ("numpy/_core/_multiarray_umath.cpython-312-wasm32-emscripten.so", False),
+    ("numpy/__init__.pyc", False), ("numpy/lib/format.pyc", False),
+    ("numpy-2.0.2.dist-info/METADATA", False), ("numpy/py.typed", False),
+])
+def test_numpy_members_no_page_needs_are_dropped(member, dropped):
+    import re
+    assert bool(re.search(site.DROP["numpy"], member)) is dropped
+
+
+def test_write_gzip_is_deterministic(tmp_path):
+    import gzip
+    wheel = tmp_path / "x-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"stored members " * 100)
+    site.write_gzip(wheel)
+    first = (tmp_path / "x-1.0-py3-none-any.whl.gz").read_bytes()
+    site.write_gzip(wheel)
+    assert (tmp_path / "x-1.0-py3-none-any.whl.gz").read_bytes() == first  # no name, no time
+    assert gzip.decompress(first) == wheel.read_bytes()
+
+
 def test_lock_entry_for_the_ember_wheel(tmp_path):
     wheel = tmp_path / "ember-0.1.0-py3-none-any.whl"
     wheel.write_bytes(b"zip")
@@ -111,6 +138,15 @@ def test_server_headers_mime_types_and_revalidation(served):
         urllib.request.urlopen(request)
     assert e.value.code == 304
     assert served.url.startswith("http://127.0.0.1:")
+
+
+def test_a_gzipped_wheel_is_sent_as_a_file_not_as_an_encoding(served, tmp_path):
+    # boot.js gunzips it itself and checks the sha256 of what comes out: the browser must not
+    (tmp_path / "x-1.0-py3-none-any.whl.gz").write_bytes(b"\x1f\x8b gz")
+    with urllib.request.urlopen(served.url + "x-1.0-py3-none-any.whl.gz") as r:
+        assert r.headers["Content-Type"] == "application/gzip"
+        assert r.headers["Content-Encoding"] is None
+        assert r.read() == b"\x1f\x8b gz"
 
 
 

@@ -38,8 +38,8 @@ async def run(code, filename="<playground>", fresh=True):
 // the files into Pyodide's file system, loads the packages' shared libraries as loadPackage does,
 // marks them loaded and refreshes only site-packages' import cache.
 
-// {name, fileName, installDir, files: [[path, Uint8Array]]} for `names` and their dependencies,
-// dependencies first
+// {name, fileName, installDir, files: [[path, Uint8Array]], libraries: [[path, WebAssembly.Module]]}
+// for `names` and their dependencies, dependencies first
 export async function fetchPackages(indexURL, names = ["ember"]) {
   const lockResponse = await fetch(`${indexURL}pyodide-lock.json`);
   if (!lockResponse.ok) throw new Error(`cannot load ${indexURL}pyodide-lock.json`);
@@ -57,13 +57,36 @@ export async function fetchPackages(indexURL, names = ["ember"]) {
     if (entry.install_dir !== "site" || !entry.file_name.endsWith(".whl")) {
       throw new Error(`${entry.name}: only wheels installed into site-packages are unpacked here`);
     }
-    const url = `${indexURL}${entry.file_name}`;
-    const integrity = `sha256-${btoa(String.fromCharCode(...entry.sha256.match(/../g).map((h) => parseInt(h, 16))))}`;
-    const response = await fetch(url, { integrity });
-    if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
-    const files = await unzip(await response.arrayBuffer(), entry.file_name);
-    return { name: entry.name, fileName: entry.file_name, installDir: entry.install_dir, files };
+    const files = await unzip(await fetchWheel(`${indexURL}${entry.file_name}`, entry.sha256),
+                              entry.file_name);
+    // the shared libraries compile here too (WebAssembly.compile copies the bytes at once)
+    const libraries = await Promise.all(files.filter(([path]) => SHARED_LIBRARY.test(path))
+      .map(async ([path, data]) => [path, await WebAssembly.compile(data)]));
+    return { name: entry.name, fileName: entry.file_name, installDir: entry.install_dir, files,
+             libraries };
   }));
+}
+
+// The wheel's bytes, checked against the lock's sha256. `ember site` puts a gzip of the whole
+// wheel beside it (its members stored): one gunzip by the browser's zlib, as the bytes arrive,
+// instead of an inflate per member. Without one (or without crypto.subtle, outside a secure
+// context) the wheel itself, which the browser checks through subresource integrity.
+async function fetchWheel(url, sha256) {
+  if (globalThis.crypto?.subtle && typeof DecompressionStream === "function") {
+    const response = await fetch(`${url}.gz`);
+    if (response.ok) {
+      const body = response.body.pipeThrough(new DecompressionStream("gzip"));
+      const bytes = await new Response(body).arrayBuffer();
+      const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+      const hex = Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+      if (hex !== sha256) throw new Error(`${url}.gz: sha256 ${hex} is not the lock's ${sha256}`);
+      return bytes;
+    }
+  }
+  const integrity = `sha256-${btoa(String.fromCharCode(...sha256.match(/../g).map((h) => parseInt(h, 16))))}`;
+  const response = await fetch(url, { integrity });
+  if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
+  return response.arrayBuffer();
 }
 
 // the ArrayBuffers under fetchPackages' result (to transfer it to a worker without a copy)
@@ -120,7 +143,7 @@ async function installUnpacked(pyodide, packages) {
   const FS = pyodide.FS;
   const made = new Set();
   const mkdir = (dir) => { if (!made.has(dir)) { FS.mkdirTree(dir); made.add(dir); } };
-  for (const { name, fileName, files } of packages) {
+  for (const { name, fileName, files, libraries } of packages) {
     const dynlibs = [];
     for (const [path, data] of files) {
       const target = `${site}/${path}`;
@@ -132,6 +155,16 @@ async function installUnpacked(pyodide, packages) {
     if (distInfo) {
       FS.writeFile(`${site}/${distInfo}/INSTALLER`, "pyodide.loadPackage");
       FS.writeFile(`${site}/${distInfo}/PYODIDE_SOURCE`, "pyodide");
+    }
+    // instantiated here from the modules compiled beside the fetch, then found by Pyodide's loader
+    // as preloaded (what Emscripten's own wasm preload plugin does); loaded in the same order
+    const mod = pyodide._module;
+    if (typeof mod.loadWebAssemblyModule === "function" && mod.preloadedWasm) {
+      for (const [path, compiled] of libraries ?? []) {
+        const target = `${site}/${path}`;
+        mod.preloadedWasm[target] = await mod.loadWebAssemblyModule(
+          compiled, { loadAsync: true, nodelete: true, allowUndefined: true }, target, {});
+      }
     }
     await api.loadDynlibsFromPackage({ file_name: fileName }, dynlibs);
     pyodide.loadedPackages[name] = "default channel";

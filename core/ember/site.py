@@ -40,7 +40,17 @@ RUNTIME_FILES = ("pyodide.mjs", "pyodide.js", "pyodide.asm.js", "pyodide.asm.was
 # (hypothesis after 6.155 ships compiled wheels only: this is the newest pure-Python one.)
 TEST_WHEELS = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "pygments==2.21.0",
                "hypothesis==6.155.7", "sortedcontainers==2.4.0")
-PRECOMPILE_VERSION = "2"  # bump when web/tools/precompile.mjs changes what it writes
+PRECOMPILE_VERSION = "3"  # bump when web/tools/precompile.mjs changes what it writes
+# Members of the release's wheels that no page needs at run time, left out of the site's copies
+# (precompile.mjs `drop`): fewer files to unpack and, for numpy, four test-only extension modules
+# fewer to compile and link at every start (_multiarray_tests stays: numpy's import documents it).
+# What every page installs at start-up (with dependencies: numpy). The site's copies of these
+# wheels store their members (no deflate) and sit beside a gzip of the whole file, `<wheel>.gz`:
+# web/boot.js fetches that, gunzips it with the browser's own zlib in one stream and unzips the
+# stored members without inflating ~370 of them one by one (0.3-0.4 s of a page's thread here).
+BOOT_PACKAGES = ("ember", "numpy")
+DROP = {"numpy": r"(\.(pyi|h|pxd|pyx|c|a|pc|ini|cfg|template)|/meson\.build"
+                 r"|/_(operand_flag|rational|struct_ufunc|umath)_tests\.cpython-[^/]*\.so)$"}
 
 
 class SiteError(RuntimeError):
@@ -198,6 +208,13 @@ def build_ember_wheel(root, dest, log=print):
     return target
 
 
+def write_gzip(path):
+    """`path`.gz beside `path`: deterministic (no name, no time), compressed in full."""
+    import gzip
+    data = gzip.compress(Path(path).read_bytes(), compresslevel=9, mtime=0)
+    Path(f"{path}.gz").write_bytes(data)
+
+
 def lock_entry(wheel, name, version, imports, depends):
     return {"name": name, "version": version, "file_name": wheel.name, "install_dir": "site",
             "sha256": sha256(wheel), "package_type": "package", "imports": imports,
@@ -221,7 +238,9 @@ def precompile(root, pyodide_dir, jobs, log=print):
 def precompiled_release(root, cache, stock_dir, lock, names, log=print):
     """The stdlib zip and the wheels of `names` as bytecode: compiled once per input, cached."""
     files = ["python_stdlib.zip"] + [lock["packages"][n]["file_name"] for n in names]
-    key = hashlib.sha256(json.dumps([PRECOMPILE_VERSION, PYODIDE_VERSION] + [
+    drops = {lock["packages"][n]["file_name"]: DROP[n] for n in names if n in DROP}
+    stored = sorted(lock["packages"][n]["file_name"] for n in names if n in BOOT_PACKAGES)
+    key = hashlib.sha256(json.dumps([PRECOMPILE_VERSION, PYODIDE_VERSION, drops, stored] + [
         sha256(stock_dir / f) for f in files]).encode()).hexdigest()[:16]
     folder = Path(cache) / "precompiled" / key
     if not (folder / "done.json").is_file():
@@ -229,8 +248,8 @@ def precompiled_release(root, cache, stock_dir, lock, names, log=print):
             "(once; cached)")
         tmp = Path(tempfile.mkdtemp(dir=Path(cache)))
         jobs = [{"src": str(stock_dir / f), "dst": str(tmp / f),
-                 "kind": "stdlib" if f.endswith(".zip") else "wheel", "keep_source": False}
-                for f in files]
+                 "kind": "stdlib" if f.endswith(".zip") else "wheel", "keep_source": False,
+                 "drop": drops.get(f), "store": f in stored} for f in files]
         report = precompile(root, stock_dir, jobs, log)
         (tmp / "done.json").write_text(json.dumps(report, indent=1))
         if folder.exists():
@@ -249,7 +268,7 @@ def precompiled_ember(root, cache, pyodide_dir, wheel, log=print):
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
         precompile(root, pyodide_dir, [{"src": str(wheel), "dst": str(tmp), "kind": "wheel",
-                                        "keep_source": True}], log)
+                                        "keep_source": True, "store": True}], log)
         tmp.replace(target)
     shutil.copyfile(target, wheel)
     return wheel
@@ -396,6 +415,8 @@ def build_site(out, root=None, fast_start=True, log=print):
     packages["ember"] = lock_entry(wheel, "ember", ember.__version__, ["ember"], ["numpy"])
     site_lock = {"info": lock["info"], "packages": packages}
     (site_pyodide / "pyodide-lock.json").write_text(json.dumps(site_lock, indent=1))
+    for n in with_dependencies(site_lock, BOOT_PACKAGES):
+        write_gzip(site_pyodide / packages[n]["file_name"])
 
     with tarfile.open(pyscript_tgz) as tar:
         members = [m for m in tar.getmembers()
@@ -442,6 +463,7 @@ class Handler(SimpleHTTPRequestHandler):
                       ".wasm": "application/wasm", ".mjs": "text/javascript",
                       ".js": "text/javascript", ".json": "application/json",
                       ".whl": "application/zip", ".zip": "application/zip",
+                      ".gz": "application/gzip",
                       ".py": "text/plain; charset=utf-8", ".map": "application/json",
                       ".css": "text/css", ".html": "text/html; charset=utf-8"}
     _etag = None
