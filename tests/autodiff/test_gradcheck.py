@@ -70,6 +70,8 @@ CHECKS = {
     "conv2d": ([(2, 4, 8, 6), (4, 2, 3, 2), (4,)], "any",
                lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(0, 1), dilation=(1, 2),
                                         groups=2)),
+    "batch_norm": ([(4, 3, 2, 2), (3,), (3,)], "any",
+                   lambda x, w, b: _bn(x, w, b) * _w((4, 3, 2, 2))),
     # overlapping windows (stride < kernel) and padding: one input can be several maxima
     "max_pool2d": ([(2, 3, 5, 6)], "any",
                    lambda x: F.max_pool2d(x, 3, 2, 1) * _w((2, 3, 3, 3))),
@@ -86,6 +88,22 @@ CHECKS = {
 # ops whose results carry no gradient (bools, indices, constants)
 NOT_DIFFERENTIABLE = {"eq", "ne", "lt", "le", "gt", "ge", "argmax", "argmin", "full",
                       "max_pool2d_indices"}
+
+
+def _bn(x, w=None, b=None):
+    """Training-mode batch norm as BatchNorm does it: x's statistics without a gradient, then
+    the batch_norm op (whose gradient goes through them)."""
+    c = x.shape[1]
+    if w is None:
+        w = Tensor.from_data(np.linspace(0.5, 1.5, c), backend=x.backend, dtype=x.dtype)
+    if b is None:
+        b = Tensor.from_data(np.linspace(-0.2, 0.3, c), backend=x.backend, dtype=x.dtype)
+    shape, dims = (1, c) + (1,) * (x.ndim - 2), (0,) + tuple(range(2, x.ndim))
+    with ember.no_grad():
+        mean = x.mean_dim(dims)
+        xc = x - mean
+        var = (xc * xc).mean_dim(dims)
+    return _apply(OPS["batch_norm"], x, mean, var, w.reshape(shape), b.reshape(shape), eps=1e-3)
 
 
 def _w(shape):
@@ -168,6 +186,8 @@ DOUBLE = {
     "matmul": lambda x: x @ x.transpose(),
     "gelu": lambda x: x.gelu(),
     "log_softmax": lambda x: x.log_softmax(-1),
+    # create_graph: the rule recomputes the statistics from x, so they are differentiated too
+    "batch_norm": lambda x: (_bn(x.reshape(3, 2)) ** 3).reshape(2, 3),
 }
 
 

@@ -356,3 +356,45 @@ add("max_pool2d", *(_pool_case(*row, values=True) for row in POOLS),
          lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True, return_indices=True)[0],
          _pool_case("", None, 3, 2, 1, 1, True, values=True).ref),
     err("err-bool", (A((1, 1, 2, 2), "bool"),), lambda t: F.max_pool2d(t, 2), DTypeError))
+
+
+# ---- batch_norm (training mode: x's own statistics, passed in) ----------------------------------
+def _bn_call(eps):
+    def call(x, w, b):
+        c = x.shape[1]
+        shape, dims = (1, c) + (1,) * (x.ndim - 2), (0,) + tuple(range(2, x.ndim))
+        mean = x.mean_dim(dims)
+        xc = x - mean
+        return _apply(OPS["batch_norm"], x, mean, (xc * xc).mean_dim(dims), w.reshape(shape),
+                      b.reshape(shape), eps=eps)
+    return call
+
+
+def _bn_ref(eps):
+    def ref(x, w, b):
+        dims = (0,) + tuple(range(2, x.ndim))
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        x64 = x.astype(np.float64)
+        mean, var = x64.mean(dims, keepdims=True), x64.var(dims, keepdims=True)
+        y = (x64 - mean) / np.sqrt(var + eps) * w.reshape(shape) + b.reshape(shape)
+        return y.astype(x.dtype)
+    return ref
+
+
+add("batch_norm",
+    Case("nchw", (A((4, 3, 5, 6)), A((3,)), A((3,))), _bn_call(1e-5), _bn_ref(1e-5),
+         rtol=1e-4, atol=1e-5),
+    Case("nc-f64", (A((7, 5), F64), A((5,), F64), A((5,), F64)), _bn_call(1e-3), _bn_ref(1e-3),
+         rtol=1e-12, atol=1e-12),
+    Case("ncl-offset-mean", (A((3, 4, 9), F32, 1000, 1004), A((4,)), A((4,))), _bn_call(1e-5),
+         _bn_ref(1e-5), rtol=1e-4, atol=2e-3),
+    err("err-stat-shapes", (A((2, 3, 4)), A((3,)), A((3,))),
+        lambda x, w, b: _apply(OPS["batch_norm"], x, w.reshape(1, 3, 1), b.reshape(3, 1),
+                               w.reshape(1, 3, 1), b.reshape(1, 3, 1), eps=1e-5),
+        match="mean .* and var .* one shape"),
+    err("err-expands-x", (A((2, 3)), A((4, 1, 1)), A((3,))),
+        lambda x, w, b: _apply(OPS["batch_norm"], x, w, w, b, b, eps=1e-5),
+        match="must broadcast into the input"),
+    err("err-mixed-dtypes", (A((2, 3)), A((3,), F64), A((3,))),
+        lambda x, w, b: _apply(OPS["batch_norm"], x, b, b, w, b, eps=1e-5), DTypeError,
+        match="batch_norm"))

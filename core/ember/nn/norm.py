@@ -5,8 +5,9 @@ import numpy as np
 
 from ..autodiff import no_grad
 from ..errors import ShapeError
+from ..ops import OPS
 from ..shape import prod
-from ..tensor import Tensor
+from ..tensor import Tensor, _apply
 from . import init
 from .module import Module, Param, derived
 
@@ -59,6 +60,17 @@ class _BatchNorm(Module):
         if self.training and n <= 1:
             raise ShapeError(f"{type(self).__name__}: expected more than 1 value per channel "
                              f"when training, got input shape {list(x.shape)}")
+        if self.weight is not None and self.bias is not None:
+            # one op (ops/nn.py batch_norm) whose gradient accounts for the statistics itself:
+            # they are computed here without a gradient of their own
+            with no_grad():
+                mean = x.mean_dim(dims)
+                xc = x - mean
+                var = (xc * xc).mean_dim(dims)
+            if self.training and self.track_running_stats:
+                self._update(mean, var, n)
+            return _apply(OPS["batch_norm"], x, mean, var, self.weight.reshape(stat_shape),
+                          self.bias.reshape(stat_shape), eps=float(self.eps))
         mean = x.mean_dim(dims)
         xc = x + -mean  # not x - mean: the gradient reaching mean is negated after the sum
         var = (xc * xc).mean_dim(dims)

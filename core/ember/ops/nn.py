@@ -484,3 +484,62 @@ def _max_pool2d_grad(g, y, x, **attrs):
 
 op("max_pool2d", INDEX, _max_pool2d_np, "max_pool2d", _max_pool2d_grad, saves=(0,),
    shape=_max_pool2d_indices_rule, dtype=_same_dtype, dtypes=_NUMBERS)
+
+
+# ---- batch_norm: training-mode batch normalisation ----------------------------------------------
+# y = (x - mean) / sqrt(var + eps) * w + b, where mean and var are x's own statistics over the
+# dims where they have size 1 (BatchNorm in training mode computes them, without a gradient, and
+# passes them in). The gradient in x is the full one, through the statistics too, so they get
+# none of their own: as composites, BatchNorm's forward and backward ran ~19 passes over every
+# activation (its mean and variance differentiated op by op); this op's backward runs 7. Under
+# create_graph the rule recomputes the statistics from x with ember ops, so higher derivatives
+# see them as functions of x too.
+def _batch_norm_rule(xs, ms, vs, ws, bs, eps):
+    if ms != vs:
+        raise ShapeError(f"batch_norm: mean {S.fmt(ms)} and var {S.fmt(vs)} must have one shape")
+    out = S.broadcast("batch_norm", xs, ms, vs, ws, bs)
+    if out != tuple(xs) or len(ms) > len(xs):
+        raise ShapeError(f"batch_norm: mean {S.fmt(ms)}, weight {S.fmt(ws)} and bias {S.fmt(bs)} "
+                         f"must broadcast into the input {S.fmt(xs)} (e.g. [1, C, 1, 1] for "
+                         "[N, C, H, W])")
+    return out
+
+
+def _batch_norm_np(x, mean, var, w, b, eps):
+    out = np.subtract(x, mean)
+    kernels.multiply(out, w / np.sqrt(var + x.dtype.type(eps)), out=out)
+    return kernels.add(out, b, out=out)
+
+
+def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
+    ms = (1,) * (x.ndim - mean.ndim) + mean.shape
+    dims = tuple(d for d, m in enumerate(ms) if m == 1)
+    count = 1
+    for d in dims:
+        count *= x.shape[d]
+    from ..autodiff import is_grad_enabled  # (autodiff imports the op table)
+    if is_grad_enabled():  # create_graph: the statistics as functions of x (higher orders)
+        mean = x.mean_dim(dims)
+        xc = x - mean
+        var = (xc * xc).mean_dim(dims)
+        mean, var = mean.reshape(ms), var.reshape(ms)
+    invstd = (var + eps).sqrt().recip()
+    sg = g.sum_dim(dims)
+    sg_xhat = ((g * x).sum_dim(dims) - mean * sg) * invstd  # the sum of g * (x - mean) * invstd
+    # dx = a (g - sg / n - xhat sg_xhat / n), a = w invstd, written as a g + k x + c
+    a = w * invstd
+    k = a * invstd * sg_xhat * (-1.0 / count)
+    c = a * sg * (-1.0 / count) - k * mean
+    return (g * a + x * k + c, None, None, sg_xhat, sg)
+
+
+def _batch_norm_dtype(*dtypes, **attrs):
+    if len(set(dtypes)) != 1:
+        raise DTypeError(f"batch_norm: x, mean, var, weight and bias must have one float dtype, "
+                         f"got {', '.join(dtypes)}")
+    return dtypes[0]
+
+
+op("batch_norm", INDEX, _batch_norm_np,
+   "((({0} - {1}) * inverseSqrt({2} + {dtype}({eps}))) * {3} + {4})", _batch_norm_grad,
+   saves=(0, 1, 2, 3), shape=_batch_norm_rule, dtype=_batch_norm_dtype, dtypes=_FLOATS)

@@ -253,7 +253,10 @@ def elementwise_source(op, kinds, out_dtype, alias, attrs, entry):
             continue
         loads.append(f"let v{k} = {value};")
         flat_loads.append(f"let v{k} = {value};")
-    expr = op.wgsl.format(*(f"v{k}" for k in range(len(kinds))), dtype=VALUE[out_dtype])
+    # attrs too: a static value of the op (batch_norm's eps) is a constant of its kernel;
+    # {dtype} is always the result's WGSL type (cast's own dtype attr names the same)
+    expr = op.wgsl.format(*(f"v{k}" for k in range(len(kinds))),
+                          **{**attrs, "dtype": VALUE[out_dtype]})
     expr = _BUILTIN_CALL.sub(lambda m: PRECISE[m.group(1)] + "(", expr)
     body = [f"var r = {expr};"]
     rules = nan_rules(op, [dt for dt, _ in kinds], attrs)
