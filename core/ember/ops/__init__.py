@@ -107,6 +107,16 @@ def op(name, kind, np, wgsl=None, grad=None, **rules: Any):
     return entry
 
 
+def one_dtype(name):
+    """A dtype rule: every tensor input in one dtype (the op's `dtypes` limits which)."""
+    def rule(a, *others, **attrs):
+        if any(b != a for b in others):
+            raise DTypeError(f"{name}: the inputs must have one dtype, got "
+                             f"{', '.join((a, *others))}; cast with .cast()")
+        return a
+    return rule
+
+
 def _run(name, *inputs, **attrs):
     """Run the primitive `name` on Tensors: gradient rules written with other primitives."""
     from ..tensor import _apply  # tensor.py imports the op table: import when first used

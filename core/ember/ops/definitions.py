@@ -11,7 +11,20 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import DTypeError, ShapeError
-from . import BINARY, COMPARE, INDEX, LINALG, MOVEMENT, REDUCE, SOURCE, UNARY, _run, kernels, op
+from . import (
+    BINARY,
+    COMPARE,
+    INDEX,
+    LINALG,
+    MOVEMENT,
+    REDUCE,
+    SOURCE,
+    UNARY,
+    _run,
+    kernels,
+    one_dtype,
+    op,
+)
 from .numerics import erf as _np_erf
 from .numerics import gelu as _np_gelu
 from .numerics import gelu_grad as _np_gelu_grad
@@ -390,16 +403,9 @@ def _gelu_grad_grad(h, out, g, x, y):
     return (lambda: _run("gelu_grad", h, x, y), lambda: h * g * phi * (2 - x * x), None)
 
 
-def _floats_alike(*dtypes, **attrs):
-    if len(set(dtypes)) != 1:
-        raise DTypeError(f"gelu_grad: g, x and y must have one float dtype, got "
-                         f"{', '.join(dtypes)}")
-    return dtypes[0]
-
-
 op("gelu_grad", INDEX, lambda g, x, y: _np_gelu_grad(g, x, y), "({0} * op_gelu_grad({1}, {2}))",
    _gelu_grad_grad, saves=(0, 1, 2), shape=lambda *s: S.broadcast("gelu_grad", *s),
-   dtype=_floats_alike, dtypes=_FLOATS)
+   dtype=one_dtype("gelu_grad"), dtypes=_FLOATS)
 
 
 # ---- linear algebra -----------------------------------------------------------------------

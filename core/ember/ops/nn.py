@@ -36,8 +36,8 @@ import numpy as np
 
 from .. import shape as S
 from ..dtype import DEFAULT_INT
-from ..errors import DTypeError, ShapeError
-from . import INDEX, LINALG, _run, _same_dtype, kernels, op
+from ..errors import ShapeError
+from . import INDEX, LINALG, _run, _same_dtype, kernels, one_dtype, op
 
 _FLOATS = ("float32", "float64")
 _NUMBERS = ("int32", "int64", "float32", "float64")
@@ -89,15 +89,6 @@ def _window_out(name, size, kernel, stride, padding, dilation, xs, ws=None):
             f"{what} is larger than the padded input {_hw(padded)} (input {S.fmt(xs)}, padding "
             f"{padding}); pad more, or use a smaller kernel")
     return tuple((p - e) // s + 1 for p, e, s in zip(padded, extent, stride))
-
-
-def _float_pair(name):
-    def rule(a, *others, **attrs):
-        if any(b != a for b in others):
-            raise DTypeError(f"{name}: the inputs must have one dtype, got "
-                             f"{', '.join((a, *others))}; cast with .cast()")
-        return a
-    return rule
 
 
 # ---- NumPy helpers --------------------------------------------------------------------------
@@ -213,7 +204,7 @@ def _conv2d_grad(g, y, x, w, *bias, stride, padding, dilation, groups):
 
 
 op("conv2d", LINALG, _conv2d_np, "conv2d", _conv2d_grad, saves=(0, 1),
-   shape=_conv2d_rule, dtype=_float_pair("conv2d"), dtypes=_FLOATS)
+   shape=_conv2d_rule, dtype=one_dtype("conv2d"), dtypes=_FLOATS)
 
 
 # ---- conv_transpose2d: the adjoint of conv2d in its input -----------------------------------
@@ -311,7 +302,7 @@ def _conv_transpose2d_grad(g, y, x, w, stride, padding, dilation, groups):
 
 op("conv_transpose2d", LINALG, _conv_transpose2d_np, "conv_transpose2d",
    _conv_transpose2d_grad, saves=(0, 1), shape=_conv_transpose2d_rule,
-   dtype=_float_pair("conv_transpose2d"), dtypes=_FLOATS)
+   dtype=one_dtype("conv_transpose2d"), dtypes=_FLOATS)
 
 
 # ---- conv2d_weight: the gradient of conv2d in its weight -------------------------------------
@@ -355,7 +346,7 @@ def _conv2d_weight_grad(gw, y, x, g, kernel, stride, padding, dilation, groups):
 
 
 op("conv2d_weight", LINALG, _conv2d_weight_np, "conv2d_weight", _conv2d_weight_grad,
-   saves=(0, 1), shape=_conv2d_weight_rule, dtype=_float_pair("conv2d_weight"),
+   saves=(0, 1), shape=_conv2d_weight_rule, dtype=one_dtype("conv2d_weight"),
    dtypes=_FLOATS)
 
 
@@ -533,13 +524,6 @@ def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
     return (g * a + x * k + c, None, None, sg_xhat, sg)
 
 
-def _batch_norm_dtype(*dtypes, **attrs):
-    if len(set(dtypes)) != 1:
-        raise DTypeError(f"batch_norm: x, mean, var, weight and bias must have one float dtype, "
-                         f"got {', '.join(dtypes)}")
-    return dtypes[0]
-
-
 op("batch_norm", INDEX, _batch_norm_np,
    "((({0} - {1}) * inverseSqrt({2} + {dtype}({eps}))) * {3} + {4})", _batch_norm_grad,
-   saves=(0, 1, 2, 3), shape=_batch_norm_rule, dtype=_batch_norm_dtype, dtypes=_FLOATS)
+   saves=(0, 1, 2, 3), shape=_batch_norm_rule, dtype=one_dtype("batch_norm"), dtypes=_FLOATS)
