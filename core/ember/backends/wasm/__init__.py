@@ -269,39 +269,33 @@ def copyto(dst, src):
     _lib.copy_strided(_addr(dst), _addr(src), *shape, *strides)
 
 
-def _pool(x, out_hw, values):
-    n, c, h, w = x.shape
+def _pool(x, kernel, stride, padding, dilation, out_hw, values):
+    """One scan of the pooling kernel: (indices, values or None), or None where NumPy's
+    implementation runs (the op's shape rule has checked the geometry already)."""
+    n, c = x.shape[:2]
     if x.dtype != _F32 or n * c * out_hw[0] * out_hw[1] < MIN_POOL or any(
             s & 3 for s in x.strides):
         return None
     shape = (n, c) + tuple(out_hw)
     idx = np.empty(shape, np.int32)
     vals = np.empty(shape, _F32) if values else None
-    return idx, vals, [v >> 2 for v in x.strides]
+    _lib.max_pool2d_indices(_addr(x), *x.shape, *(s >> 2 for s in x.strides), *kernel, *stride,
+                            *padding, *dilation, *out_hw, _new_addr(idx),
+                            _new_addr(vals) if values else 0)
+    return idx, vals
 
 
 def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
-    """max_pool2d_indices' int32 [N, C, OH, OW] for float32 x on the kernel, else None (NumPy's
-    implementation runs). The op's shape rule has checked the geometry already."""
-    got = _pool(x, out_hw, False)
-    if got is None:
-        return None
-    idx, _, s = got
-    _lib.max_pool2d_indices(_addr(x), *x.shape, *s, *kernel, *stride, *padding, *dilation,
-                            *out_hw, _new_addr(idx), 0)
-    return idx
+    """max_pool2d_indices' int32 [N, C, OH, OW] for float32 x on the kernel, else None."""
+    got = _pool(x, kernel, stride, padding, dilation, out_hw, False)
+    return None if got is None else got[0]
 
 
 def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
     """max_pool2d's float32 [N, C, OH, OW] on the kernel (it finds the indices on the way, into
     scratch), else None."""
-    got = _pool(x, out_hw, True)
-    if got is None:
-        return None
-    idx, vals, s = got
-    _lib.max_pool2d_indices(_addr(x), *x.shape, *s, *kernel, *stride, *padding, *dilation,
-                            *out_hw, _new_addr(idx), _new_addr(vals))
-    return vals
+    got = _pool(x, kernel, stride, padding, dilation, out_hw, True)
+    return None if got is None else got[1]
 
 
 def relu(x, out=None):
