@@ -30,13 +30,14 @@ async def run(code, filename="<playground>", fresh=True):
 
 // ---- fast install ------------------------------------------------------------------------------
 // Pyodide's loadPackage downloads a wheel only once its runtime is up, unpacks it with Python's
-// zipfile (inflate in WebAssembly, one write per file: 250-450 ms for numpy and ember in a warm
+// zipfile (inflate in WebAssembly, a write per file: 250-450 ms for numpy and ember in a warm
 // start here) and then calls importlib.invalidate_caches(), which imports importlib.metadata
-// (~150 ms more). Instead, fetchPackages fetches the wheels (the browser checks each against the
-// lock's sha256, as Pyodide does) and unzips them in JS with the browser's own inflate, while the
-// runtime boots, on the page's thread when Python runs in a worker; installUnpacked then writes
-// the files into Pyodide's file system, loads the packages' shared libraries as loadPackage does,
-// marks them loaded and refreshes only site-packages' import cache.
+// (~150 ms more). Instead, fetchPackages fetches each wheel as one gzip (`ember site` writes
+// <wheel>.gz, its members stored), gunzips it with the browser's zlib, checks the lock's sha256,
+// finds the members in place and compiles the shared libraries, while the runtime boots (on the
+// page's thread when Python runs in a worker); installUnpacked then writes the files into
+// Pyodide's file system, loads the shared libraries as loadPackage does, marks the packages
+// loaded and refreshes only site-packages' import cache. web/README.md has the measurements.
 
 // {name, fileName, installDir, files: [[path, Uint8Array]], libraries: [[path, WebAssembly.Module]]}
 // for `names` and their dependencies, dependencies first
@@ -170,8 +171,13 @@ async function installUnpacked(pyodide, packages) {
     pyodide.loadedPackages[name] = "default channel";
   }
   // the finder of site-packages may have listed the folder before the files came
-  pyodide.runPython(`import sys\nf = sys.path_importer_cache.get(${JSON.stringify(site)})\n` +
-                    "if f is not None: f.invalidate_caches()", { globals: pyodide.toPy({}) });
+  const globals = pyodide.toPy({});
+  try {
+    pyodide.runPython(`import sys\nf = sys.path_importer_cache.get(${JSON.stringify(site)})\n` +
+                      "if f is not None: f.invalidate_caches()", { globals });
+  } finally {
+    globals.destroy();
+  }
 }
 
 // the Pyodide internals installUnpacked needs (pinned release; else loadPackage does the work)
@@ -231,13 +237,13 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
   mark("packages");
 
   progress("import", "importing ember");
-  const runner = pyodide.runPython(`${RUNNER}\nimport ember, numpy\nrun`, { globals: pyodide.toPy({}) });
-  const versions = {
-    pyodide: pyodide.version,
-    python: pyodide.runPython("import sys; sys.version.split()[0]"),
-    numpy: pyodide.runPython("import numpy; numpy.__version__"),
-    ember: pyodide.runPython("import ember; ember.__version__"),
-  };
+  // one runPython (each call parses and compiles its code): the runner and the versions
+  const loaded = pyodide.runPython(
+    `${RUNNER}\nimport ember, numpy\n(run, sys.version.split()[0], numpy.__version__, ember.__version__)`,
+    { globals: pyodide.toPy({}) });
+  const [runner, python, numpyVersion, emberVersion] = loaded.toJs({ depth: 1 });
+  loaded.destroy();
+  const versions = { pyodide: pyodide.version, python, numpy: numpyVersion, ember: emberVersion };
   mark("import");
 
   async function run(code, { filename = "<playground>", fresh = true } = {}) {
