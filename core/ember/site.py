@@ -9,8 +9,10 @@ boots it), the pages of `demos/` and a landing page. Downloads are cached in the
 
 Fast start: Pyodide's own CPython (run in Node at build time) compiles the stdlib zip and the
 wheels to bytecode (sourceless, unchecked-hash .pyc; ember keeps its sources beside its
-__pycache__ so tracebacks show lines); the lock then carries the new sha256. See
-web/README.md for the layout and the measurements.
+__pycache__ so tracebacks show lines); the lock then carries the new sha256. The wheels every
+page installs at start-up (numpy, ember) store their members and sit beside a gzip of the whole
+wheel, which web/boot.js unpacks in JS instead of loadPackage. See web/README.md for the layout
+and the measurements.
 """
 
 import hashlib
