@@ -269,19 +269,30 @@ def copyto(dst, src):
     _lib.copy_strided(_addr(dst), _addr(src), *shape, *strides)
 
 
+_POOLS = {}  # a pooling's geometry -> its output shape and the call's int arguments, or None
+
+
 def _pool(x, kernel, stride, padding, dilation, out_hw, values):
     """One scan of the pooling kernel: (indices, values or None), or None where NumPy's
-    implementation runs (the op's shape rule has checked the geometry already)."""
-    n, c = x.shape[:2]
-    if x.dtype != _F32 or n * c * out_hw[0] * out_hw[1] < MIN_POOL or any(
-            s & 3 for s in x.strides):
+    implementation runs (the op's shape rule has checked the geometry already). The arguments
+    are worked out once per geometry: in Pyodide that Python cost more than the kernel."""
+    key = (x.shape, x.strides, x.dtype, kernel, stride, padding, dilation, out_hw)
+    args = _POOLS.get(key, False)
+    if args is False:
+        if len(_POOLS) >= 4096:
+            _POOLS.clear()
+        n, c = x.shape[:2]
+        ok = (x.dtype == _F32 and n * c * out_hw[0] * out_hw[1] >= MIN_POOL
+              and not any(s & 3 for s in x.strides))
+        args = _POOLS[key] = ((n, c) + tuple(out_hw), (
+            *x.shape, *(s >> 2 for s in x.strides), *kernel, *stride, *padding, *dilation,
+            *out_hw)) if ok else None
+    if args is None:
         return None
-    shape = (n, c) + tuple(out_hw)
+    shape, ints = args
     idx = np.empty(shape, np.int32)
     vals = np.empty(shape, _F32) if values else None
-    _lib.max_pool2d_indices(_addr(x), *x.shape, *(s >> 2 for s in x.strides), *kernel, *stride,
-                            *padding, *dilation, *out_hw, _new_addr(idx),
-                            _new_addr(vals) if values else 0)
+    _lib.max_pool2d_indices(_addr(x), *ints, _new_addr(idx), _new_addr(vals) if values else 0)
     return idx, vals
 
 

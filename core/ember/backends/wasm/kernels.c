@@ -360,6 +360,23 @@ INLINE v128_t four_apart(const float *p, int lane) {
     where = wasm_v128_bitselect(pos, where, take_);                                 \
   } while (0)
 
+// Four neighbouring outputs j..j+3 of one row, their windows inside the input, one lane each.
+INLINE void pool4(const float *plane, int w, int sh, int sw, int r0, int kh, int kw, int step,
+                  int pw, int dh, int dw, int lane, v128_t spread, int j, int *out, float *vals) {
+  int c0 = j * step - pw;
+  const float *p = plane + r0 * sh + c0 * sw;
+  v128_t cols = wasm_i32x4_add(wasm_i32x4_splat(r0 * w + c0), spread);
+  v128_t best = four_apart(p, lane), where = cols;
+  for (int u = 0; u < kh; u++)
+    for (int v = u == 0; v < kw; v++) {
+      v128_t off = wasm_i32x4_splat(u * dh * w + v * dw);
+      POOL_STEP(four_apart(p + u * dh * sh + v * dw * sw, lane), wasm_i32x4_add(cols, off),
+                best, where);
+    }
+  wasm_v128_store(out + j, where);
+  if (vals) wasm_v128_store(vals + j, best);
+}
+
 // One row of outputs of one plane (output row starting at input row r0, its windows inside the
 // input's rows). Outputs [j_lo, j_hi) have windows inside the columns too: eight, then four at
 // a time, one lane per output, branch-free (two independent chains keep the engine busy);
@@ -393,19 +410,14 @@ INLINE void pool_row(const float *plane, int h, int w, int sh, int sw, int r0, i
       wasm_v128_store(vals + j + 4, best2);
     }
   }
-  for (; j + 4 <= j_hi; j += 4) {
-    int c0 = j * step - pw;
-    const float *p = plane + r0 * sh + c0 * sw;
-    v128_t cols = wasm_i32x4_add(wasm_i32x4_splat(r0 * w + c0), spread);
-    v128_t best = four_apart(p, lane), where = cols;
-    for (int u = 0; u < kh; u++)
-      for (int v = u == 0; v < kw; v++) {
-        v128_t off = wasm_i32x4_splat(u * dh * w + v * dw);
-        POOL_STEP(four_apart(p + u * dh * sh + v * dw * sw, lane), wasm_i32x4_add(cols, off),
-                  best, where);
-      }
-    wasm_v128_store(out + j, where);
-    if (vals) wasm_v128_store(vals + j, best);
+  for (; j + 4 <= j_hi; j += 4)
+    pool4(plane, w, sh, sw, r0, kh, kw, step, pw, dh, dw, lane, spread, j, out, vals);
+  if (j < j_hi && j_hi - 4 >= j_lo) {
+    // the interior's last 1-3 outputs: one more block of four, overlapping the one before (its
+    // outputs are written twice, with the same values); scalar windows cost ~15 ns each, and
+    // a 28-wide plane pooled 2x2 had two of its 14 outputs a row left to them
+    pool4(plane, w, sh, sw, r0, kh, kw, step, pw, dh, dw, lane, spread, j_hi - 4, out, vals);
+    j = j_hi;
   }
   for (; j < ow; j++)
     out[j] = pool_one(plane, h, w, sh, sw, r0, j * step - pw, kh, kw, dh, dw, vals ? vals + j : 0);
