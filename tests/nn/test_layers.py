@@ -149,6 +149,16 @@ def test_batch_norm_running_stats_keep_their_ids_and_need_no_grad():
     assert bn.num_batches_tracked.item() == 2
 
 
+def test_batch_norm_gradients_with_a_large_mean():
+    # a mean of 1000 over a spread of 1 (unnormalised data straight into BatchNorm): outputs and
+    # gradients within 1e-3 (the float32 mean itself is off by ~1e-4 of 1000 here, PyTorch's
+    # accumulates more precisely); the gradient sums over x - mean, not sum(g x) - mean sum(g)
+    twin = _randomize(torch.nn.BatchNorm2d(3))
+    ours = nn.BatchNorm2d(3)
+    load_torch_weights(ours, twin)
+    compare(ours, twin, randn(4, 3, 2, 5) + 1000, load=False, rtol=1e-3, atol=1e-3)
+
+
 def test_batch_norm_without_running_stats():
     twin = torch.nn.BatchNorm1d(3, track_running_stats=False)
     ours = nn.BatchNorm1d(3, track_running_stats=False)

@@ -482,7 +482,7 @@ op("max_pool2d", INDEX, _max_pool2d_np, "max_pool2d", _max_pool2d_grad, saves=(0
 # dims where they have size 1 (BatchNorm in training mode computes them, without a gradient, and
 # passes them in). The gradient in x is the full one, through the statistics too, so they get
 # none of their own: as composites, BatchNorm's forward and backward ran ~19 passes over every
-# activation (its mean and variance differentiated op by op); this op's backward runs 7. Under
+# activation (its mean and variance differentiated op by op); this op's backward runs 8. Under
 # create_graph the rule recomputes the statistics from x with ember ops, so higher derivatives
 # see them as functions of x too.
 def _batch_norm_rule(xs, ms, vs, ws, bs, eps):
@@ -515,13 +515,13 @@ def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
         var = (xc * xc).mean_dim(dims)
         mean, var = mean.reshape(ms), var.reshape(ms)
     invstd = (var + eps).sqrt().recip()
+    xc = x - mean  # (not sum(g x) - mean sum(g): that cancels when the mean is large)
     sg = g.sum_dim(dims)
-    sg_xhat = ((g * x).sum_dim(dims) - mean * sg) * invstd  # the sum of g * (x - mean) * invstd
-    # dx = a (g - sg / n - xhat sg_xhat / n), a = w invstd, written as a g + k x + c
+    sg_xhat = (g * xc).sum_dim(dims) * invstd  # the sum of g * xhat
+    # dx = a (g - sg / n - xhat sg_xhat / n), a = w invstd, written as a g + k xc + c
     a = w * invstd
     k = a * invstd * sg_xhat * (-1.0 / count)
-    c = a * sg * (-1.0 / count) - k * mean
-    return (g * a + x * k + c, None, None, sg_xhat, sg)
+    return (g * a + xc * k + a * sg * (-1.0 / count), None, None, sg_xhat, sg)
 
 
 op("batch_norm", INDEX, _batch_norm_np,
