@@ -24,8 +24,9 @@ The relaxed-SIMD build is tried first: an engine without relaxed SIMD refuses to
 """
 
 import ctypes
+import functools
+import math
 import warnings
-from math import copysign
 from pathlib import Path
 
 import numpy as np
@@ -103,8 +104,7 @@ def _warm_up():
         _gemm(a[:1], a)
         _gemm(a[:1], a.T)
         _lib.copy_strided(a.ctypes.data, a.T.ctypes.data, 1, 1, 1, 1, 64, 64, 0, 0, 0, 0, 1, 64)
-        _lib.max_pool2d_indices(x.ctypes.data, 1, 4, 16, 16, 1024, 256, 16, 1, 3, 3, 2, 2, 1, 1,
-                                1, 1, 8, 8, a.ctypes.data, a.ctypes.data + 1024)
+        max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (8, 8))
         relu(a, out=a)
         conv2d(x, a.reshape(-1)[:288].reshape(8, 4, 3, 3), a[0, :8], (1, 1), ((0, 0), (0, 0)),
                (1, 1), 1, (14, 14))
@@ -180,11 +180,17 @@ def _gemm(a, b):
     return out
 
 
+def _gemm_work(n, k):
+    """Floats of scratch sgemm needs for a product with n columns and depth k: the module's
+    sgemm_work_size, computed here from its constants (read once) to save a call."""
+    mr, nr, kc, mc = _sizes
+    return min(k, kc) * -(-n // nr) * nr + mc * kc + mr * nr
+
+
 def _call(sa, sb, pa, pb, pc, m, n, k):
     """One GEMM on raw addresses: sa, sb are the (row, column) byte strides of A and B; C is
     C-contiguous [m, n]."""
-    mr, nr, kc, mc = _sizes
-    work = _workspace(min(k, kc) * -(-n // nr) * nr + mc * kc + mr * nr)  # = sgemm_work_size
+    work = _workspace(_gemm_work(n, k))
     status = _lib.sgemm(m, n, k, pa, sa[0] >> 2, sa[1] >> 2, pb, sb[0] >> 2, sb[1] >> 2, pc, n,
                         work, _work_len)
     if status:  # the module sizes the workspace itself: this is a bug, not bad input
@@ -243,8 +249,7 @@ def conv2d(x, w, b, stride, padding, dilation, groups, out_hw):
     out = np.empty((n, o, oh, ow), _F32)
     if out.size == 0:
         return out
-    mr, nr, kc, mc = _sizes
-    gemm = min(k, kc) * -(-p // nr) * nr + mc * kc + mr * nr  # = sgemm_work_size
+    gemm = _gemm_work(p, k)
     work = _workspace(k * p + gemm)
     (top, _), (left, _) = padding
     status = _lib.conv2d_f32(_addr(x), n, c, h, wd, *(s >> 2 for s in x.strides), _addr(w), o,
@@ -269,24 +274,23 @@ def copyto(dst, src):
     _lib.copy_strided(_addr(dst), _addr(src), *shape, *strides)
 
 
-_POOLS = {}  # a pooling's geometry -> its output shape and the call's int arguments, or None
+@functools.lru_cache(maxsize=4096)
+def _pool_args(shape, strides, dtype, kernel, stride, padding, dilation, out_hw):
+    """A pooling's output shape and the kernel call's int arguments, or None where NumPy's
+    implementation runs; remembered per geometry: in Pyodide this Python cost more than the
+    kernel."""
+    n, c = shape[:2]
+    if (dtype != _F32 or n * c * out_hw[0] * out_hw[1] < MIN_POOL
+            or any(s & 3 for s in strides)):
+        return None
+    return (n, c) + tuple(out_hw), (*shape, *(s >> 2 for s in strides), *kernel, *stride,
+                                    *padding, *dilation, *out_hw)
 
 
 def _pool(x, kernel, stride, padding, dilation, out_hw, values):
     """One scan of the pooling kernel: (indices, values or None), or None where NumPy's
-    implementation runs (the op's shape rule has checked the geometry already). The arguments
-    are worked out once per geometry: in Pyodide that Python cost more than the kernel."""
-    key = (x.shape, x.strides, x.dtype, kernel, stride, padding, dilation, out_hw)
-    args = _POOLS.get(key, False)
-    if args is False:
-        if len(_POOLS) >= 4096:
-            _POOLS.clear()
-        n, c = x.shape[:2]
-        ok = (x.dtype == _F32 and n * c * out_hw[0] * out_hw[1] >= MIN_POOL
-              and not any(s & 3 for s in x.strides))
-        args = _POOLS[key] = ((n, c) + tuple(out_hw), (
-            *x.shape, *(s >> 2 for s in x.strides), *kernel, *stride, *padding, *dilation,
-            *out_hw)) if ok else None
+    implementation runs (the op's shape rule has checked the geometry already)."""
+    args = _pool_args(x.shape, x.strides, x.dtype, kernel, stride, padding, dilation, out_hw)
     if args is None:
         return None
     shape, ints = args
@@ -327,7 +331,7 @@ def relu(x, out=None):
 def _f32_bits(value):
     """The bits of a Python number as float32, or None where float32 does not hold it exactly
     (NaN it does): there NumPy's own conversion and rounding rules apply."""
-    if value == 0 and copysign(1.0, value) > 0:
+    if value == 0 and math.copysign(1.0, value) > 0:
         return 0  # ReLU's +0 without NumPy scalars (several us each inside Pyodide)
     v = np.float32(value)
     if v != value and value == value:
@@ -383,38 +387,26 @@ def compare(ufunc, a, b):
     return out
 
 
-_GEOMETRY = {}  # (a.shape, b.shape) -> _rows' answer: a few shapes recur every forward
-
-
-def _rows(a, b):
-    key = (a.shape, b.shape)
-    geometry = _GEOMETRY.get(key, False)
-    if geometry is False:
-        if len(_GEOMETRY) >= 4096:
-            _GEOMETRY.clear()
-        geometry = _GEOMETRY[key] = _rows_of(a, b)
-    return geometry
-
-
-def _rows_of(a, b):
+@functools.lru_cache(maxsize=4096)
+def _rows(ashape, bshape):
     """(rows, inner, channels) when b broadcasts against a as one value per row of a (b's sizes
     equal a's on one block of dims and are 1 elsewhere): a [N, C, H, W] with b [1, C, 1, 1] is
-    N*C rows of H*W, b[r % C] for row r; b of a's shape is a.size rows of 1. Else None."""
-    if b.shape == a.shape:
-        return a.size, 1, a.size
-    if b.ndim > a.ndim:
+    N*C rows of H*W, b[r % C] for row r; b of a's shape is a.size rows of 1. Else None.
+    Remembered per pair of shapes: a few recur every forward."""
+    size = math.prod(ashape)
+    if bshape == ashape:
+        return size, 1, size
+    if len(bshape) > len(ashape):
         return None
-    bs = (1,) * (a.ndim - b.ndim) + b.shape
+    bs = (1,) * (len(ashape) - len(bshape)) + bshape
     dims = [i for i, d in enumerate(bs) if d != 1]
     if not dims:
-        return 1, a.size, 1
+        return 1, size, 1
     last = dims[-1]
-    if any(bs[i] != a.shape[i] for i in range(dims[0], last + 1)):
+    if any(bs[i] != ashape[i] for i in range(dims[0], last + 1)):
         return None
-    rows = 1
-    for d in a.shape[:last + 1]:
-        rows *= d
-    return rows, a.size // rows, b.size
+    rows = math.prod(ashape[:last + 1])
+    return rows, size // rows, math.prod(bshape)
 
 
 def _binary(code, ufunc, a, b, out):
@@ -425,7 +417,7 @@ def _binary(code, ufunc, a, b, out):
         a, b = b, a  # both ops commute: the larger operand sets the rows
     if a.size < MIN_FLAT:  # (first: an empty operand has no rows to divide by)
         return ufunc(a, b, out=out)
-    geometry = _rows(a, b)
+    geometry = _rows(a.shape, b.shape)
     if (geometry is None
             or (geometry[1] < 4 and geometry[2] != geometry[0])  # rows too short to pay
             or not (a.flags.c_contiguous and b.flags.c_contiguous)

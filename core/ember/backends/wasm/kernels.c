@@ -274,6 +274,9 @@ static void column_row(float *dst, const float *src, int ow, int w, int sw, int 
   for (; q < ow; q++) dst[q] = 0.0f;
 }
 
+void rows_f32(float *out, const float *a, const float *b, int rows, int inner, int channels,
+              int code);
+
 EXPORT(conv2d_f32)
 int conv2d_f32(const float *x, int n, int c, int h, int w, int sn, int sc, int sh, int sw,
                const float *wt, int o, int kh, int kw, int strh, int strw, int top, int left,
@@ -300,16 +303,8 @@ int conv2d_f32(const float *x, int n, int c, int h, int w, int sn, int sc, int s
                          out + (b * o + g * og) * p, p, work, work_len);
       if (status) return status;
     }
-    if (bias) {
-      for (int oc = 0; oc < o; oc++) {
-        float *row = out + (b * o + oc) * p;
-        v128_t bv = wasm_f32x4_splat(bias[oc]);
-        int q = 0;
-        for (; q + 4 <= p; q += 4)
-          wasm_v128_store(row + q, wasm_f32x4_add(wasm_v128_load(row + q), bv));
-        for (; q < p; q++) row[q] += bias[oc];
-      }
-    }
+    if (bias)  // this image's O rows of OH*OW, plus bias[row]: the per-channel add below
+      rows_f32(out + b * o * p, out + b * o * p, bias, o, p, o, 0);
   }
   return 0;
 }
