@@ -6,6 +6,7 @@ import numpy as np
 from ..autodiff import no_grad
 from ..errors import ShapeError
 from ..ops import OPS
+from ..ops.nn import batch_stats
 from ..shape import prod
 from ..tensor import Tensor, _apply
 from . import init
@@ -64,16 +65,12 @@ class _BatchNorm(Module):
             # one op (ops/nn.py batch_norm) whose gradient accounts for the statistics itself:
             # they are computed here without a gradient of their own
             with no_grad():
-                mean = x.mean_dim(dims)
-                xc = x - mean
-                var = (xc * xc).mean_dim(dims)
+                mean, _, var = batch_stats(x, dims)
             if self.training and self.track_running_stats:
                 self._update(mean, var, n)
             return _apply(OPS["batch_norm"], x, mean, var, self.weight.reshape(stat_shape),
                           self.bias.reshape(stat_shape), eps=float(self.eps))
-        mean = x.mean_dim(dims)
-        xc = x + -mean  # not x - mean: the gradient reaching mean is negated after the sum
-        var = (xc * xc).mean_dim(dims)
+        mean, xc, var = batch_stats(x, dims)
         if self.training and self.track_running_stats:
             self._update(mean, var, n)
         # the weight and 1 / std fold into one per-channel scale: the per-element work is two

@@ -485,6 +485,16 @@ op("max_pool2d", INDEX, _max_pool2d_np, "max_pool2d", _max_pool2d_grad, saves=(0
 # activation (its mean and variance differentiated op by op); this op's backward runs 8. Under
 # create_graph the rule recomputes the statistics from x with ember ops, so higher derivatives
 # see them as functions of x too.
+def batch_stats(x, dims):
+    """x's mean over `dims`, x minus it, and x's (biased) variance, kept with size-1 dims, in
+    ember ops: what BatchNorm passes to batch_norm (or, without an affine, differentiates
+    itself), and what batch_norm's gradient recomputes under create_graph. `x + -mean`, not
+    `x - mean`: the gradient reaching mean is then negated once, after the sum."""
+    mean = x.mean_dim(dims)
+    xc = x + -mean
+    return mean, xc, (xc * xc).mean_dim(dims)
+
+
 def _batch_norm_rule(xs, ms, vs, ws, bs, eps):
     if ms != vs:
         raise ShapeError(f"batch_norm: mean {S.fmt(ms)} and var {S.fmt(vs)} must have one shape")
@@ -505,17 +515,13 @@ def _batch_norm_np(x, mean, var, w, b, eps):
 def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
     ms = (1,) * (x.ndim - mean.ndim) + mean.shape
     dims = tuple(d for d, m in enumerate(ms) if m == 1)
-    count = 1
-    for d in dims:
-        count *= x.shape[d]
+    count = S.prod(x.shape[d] for d in dims)
     from ..autodiff import is_grad_enabled  # (autodiff imports the op table)
     if is_grad_enabled():  # create_graph: the statistics as functions of x (higher orders)
-        mean = x.mean_dim(dims)
-        xc = x - mean
-        var = (xc * xc).mean_dim(dims)
-        mean, var = mean.reshape(ms), var.reshape(ms)
+        mean, xc, var = batch_stats(x, dims)
+    else:
+        xc = x - mean  # (not sum(g x) - mean sum(g): that cancels when the mean is large)
     invstd = (var + eps).sqrt().recip()
-    xc = x - mean  # (not sum(g x) - mean sum(g): that cancels when the mean is large)
     sg = g.sum_dim(dims)
     sg_xhat = (g * xc).sum_dim(dims) * invstd  # the sum of g * xhat
     # dx = a (g - sg / n - xhat sg_xhat / n), a = w invstd, written as a g + k xc + c
