@@ -77,20 +77,18 @@ def _batched(name, x, rank, layout):
     return x, False
 
 
-def _conv_with_bias(name, op, x, weight, bias, channels, **attrs):
-    """op(x, weight) + bias over the output channels."""
-    if bias is None:
-        return _apply(op, x, weight, **attrs)
-    if channels is not None and bias.shape != (channels,):  # None: the op says what is wrong
+def _transposed_with_bias(name, x, weight, bias, channels, **attrs):
+    """conv_transpose2d(x, weight) + bias over the output channels (conv2d's op takes its bias
+    itself; this one's stays a broadcast add)."""
+    if bias is not None and channels is not None and bias.shape != (channels,):
+        # (channels None: a weight of the wrong rank, which the op words)
         raise ShapeError(f"{name}: bias must have shape [{channels}] (one value per output "
                          f"channel), got {S.fmt(bias.shape)}")
-    if op.name == "conv2d":  # the op takes it: added over the product, no op of its own
-        return _apply(op, x, weight, bias, **attrs)
     # `out` stays named on purpose, so the add gets a fresh buffer: handing it the conv's
     # (tensor._donatable) measured slower in Pyodide, SqueezeNet-sized forward 30 -> 42-45 ms
     # in headless Chromium (the in-place per-channel add over the conv's output)
-    out = _apply(op, x, weight, **attrs)
-    return out + bias.reshape((1, -1, 1, 1))
+    out = _apply(OPS["conv_transpose2d"], x, weight, **attrs)
+    return out if bias is None else out + bias.reshape((1, -1, 1, 1))
 
 
 def _conv_padding(name, padding, kernel, stride, dilation):
@@ -124,8 +122,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         raise ShapeError(f"{name}: weight must be 4-D [O, C/groups, KH, KW], got "
                          f"{S.fmt(weight.shape)}")
     pads = _conv_padding(name, padding, weight.shape[2:], stride, dilation)
-    out = _conv_with_bias(name, OPS["conv2d"], x, weight, bias, weight.shape[0], stride=stride,
-                          padding=pads, dilation=dilation, groups=_groups(name, groups))
+    # the bias is the op's third input (its shape rule checks it): added over the product
+    out = _apply(OPS["conv2d"], x, weight, *(() if bias is None else (bias,)), stride=stride,
+                 padding=pads, dilation=dilation, groups=_groups(name, groups))
     return out.squeeze(0) if unbatched else out
 
 
@@ -184,8 +183,8 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     pads = tuple((p, p - e) for p, e in zip(pad, extra))
     groups = _groups(name, groups)
     channels = weight.shape[1] * groups if weight.ndim == 4 else None
-    out = _conv_with_bias(name, OPS["conv_transpose2d"], x, weight, bias, channels,
-                          stride=stride, padding=pads, dilation=dilation, groups=groups)
+    out = _transposed_with_bias(name, x, weight, bias, channels, stride=stride, padding=pads,
+                                dilation=dilation, groups=groups)
     return out.squeeze(0) if unbatched else out
 
 

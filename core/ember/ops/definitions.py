@@ -25,12 +25,12 @@ from . import (
     one_dtype,
     op,
 )
+from .numerics import INV_SQRT_2PI as _INV_SQRT_2PI
 from .numerics import erf as _np_erf
 from .numerics import gelu as _np_gelu
 from .numerics import gelu_grad as _np_gelu_grad
 
 _FLOATS = ("float32", "float64")
-_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 _NUMBERS = ("int32", "int64", "float32", "float64")
 
 

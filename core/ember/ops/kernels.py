@@ -13,6 +13,7 @@ import numpy as np
 # matmul(a, b) -> a @ b with NumPy's broadcasting: the matmul op and the convolutions' GEMMs
 matmul = np.matmul
 
+
 def conv2d(x, w, b, stride, padding, dilation, groups, out_hw):
     """conv2d's result (its bias b added, unless None) computed by a faster kernel in one call,
     or None: no faster kernel here (the NumPy implementation in ops/nn.py runs)."""

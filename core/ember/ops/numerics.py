@@ -137,7 +137,7 @@ def _gelu(x, out):
     return out
 
 
-_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)  # (ops/definitions' GELU gradient rules too)
 
 
 def gelu_grad(g, x, y, out=None):
@@ -157,11 +157,11 @@ def _gelu_grad(x, g, y, out):
     xphi = np.multiply(x2, t(-0.5))
     np.exp(xphi, out=xphi)
     xphi *= x
-    xphi *= t(_INV_SQRT_2PI)
+    xphi *= t(INV_SQRT_2PI)
     cdf = np.divide(y, x, out=out)
     small = x2 < t(1e-6 if x.dtype == np.float32 else 1e-12)
     if small.any():
-        cdf[small] = t(0.5) + x[small] * t(_INV_SQRT_2PI)
+        cdf[small] = t(0.5) + x[small] * t(INV_SQRT_2PI)
     cdf += xphi
     cdf *= g
     return cdf
