@@ -72,24 +72,14 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let lc = t % 8;
     let brow = t / 32;
     let bc = t % 32;
-    let a_row0 = a0 / 4 + min(m0 + lr, M - 1) * ars;
-    let a_row1 = a0 / 4 + min(m0 + lr + 32, M - 1) * ars;
-    let a_row2 = a0 / 4 + min(m0 + lr + 64, M - 1) * ars;
-    let a_row3 = a0 / 4 + min(m0 + lr + 96, M - 1) * ars;
-    let a_ok0 = m0 + lr < M;
-    let a_ok1 = m0 + lr + 32 < M;
-    let a_ok2 = m0 + lr + 64 < M;
-    let a_ok3 = m0 + lr + 96 < M;
     let b_col = b0 / 4 + min(n0 / 4 + bc, n4 - 1);
     let b_ok = n0 / 4 + bc < n4;
-    var pa0 = load_a(a_row0, a_ok0, lc, k4);
-    var pa1 = load_a(a_row1, a_ok1, lc, k4);
-    var pa2 = load_a(a_row2, a_ok2, lc, k4);
-    var pa3 = load_a(a_row3, a_ok3, lc, k4);
-    var pb0 = load_b(b_col, b_ok, brow, K, brs);
-    var pb1 = load_b(b_col, b_ok, brow + 8, K, brs);
-    var pb2 = load_b(b_col, b_ok, brow + 16, K, brs);
-    var pb3 = load_b(b_col, b_ok, brow + 24, K, brs);
+    //! unroll q 4
+    let a_row#q = a0 / 4 + min(m0 + lr + 32 * #q, M - 1) * ars;
+    let a_ok#q = m0 + lr + 32 * #q < M;
+    var pa#q = load_a(a_row#q, a_ok#q, lc, k4);
+    var pb#q = load_b(b_col, b_ok, brow + 8 * #q, K, brs);
+    //! end unroll
     var acc00 = vec4<${T}>();
     var acc01 = vec4<${T}>();
     var acc10 = vec4<${T}>();
@@ -110,38 +100,21 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let mc = lr % 4;
     for (var kt = 0; kt < K; kt += BK) {
         // registers -> workgroup memory (A transposed: k-major)
-        tile_a[lc * 4 + 0][ma][mc] = pa0.x;
-        tile_a[lc * 4 + 1][ma][mc] = pa0.y;
-        tile_a[lc * 4 + 2][ma][mc] = pa0.z;
-        tile_a[lc * 4 + 3][ma][mc] = pa0.w;
-        tile_a[lc * 4 + 0][ma + 8][mc] = pa1.x;
-        tile_a[lc * 4 + 1][ma + 8][mc] = pa1.y;
-        tile_a[lc * 4 + 2][ma + 8][mc] = pa1.z;
-        tile_a[lc * 4 + 3][ma + 8][mc] = pa1.w;
-        tile_a[lc * 4 + 0][ma + 16][mc] = pa2.x;
-        tile_a[lc * 4 + 1][ma + 16][mc] = pa2.y;
-        tile_a[lc * 4 + 2][ma + 16][mc] = pa2.z;
-        tile_a[lc * 4 + 3][ma + 16][mc] = pa2.w;
-        tile_a[lc * 4 + 0][ma + 24][mc] = pa3.x;
-        tile_a[lc * 4 + 1][ma + 24][mc] = pa3.y;
-        tile_a[lc * 4 + 2][ma + 24][mc] = pa3.z;
-        tile_a[lc * 4 + 3][ma + 24][mc] = pa3.w;
-        tile_b[brow][bc] = pb0;
-        tile_b[brow + 8][bc] = pb1;
-        tile_b[brow + 16][bc] = pb2;
-        tile_b[brow + 24][bc] = pb3;
+        //! unroll q 4
+        tile_a[lc * 4 + 0][ma + 8 * #q][mc] = pa#q.x;
+        tile_a[lc * 4 + 1][ma + 8 * #q][mc] = pa#q.y;
+        tile_a[lc * 4 + 2][ma + 8 * #q][mc] = pa#q.z;
+        tile_a[lc * 4 + 3][ma + 8 * #q][mc] = pa#q.w;
+        tile_b[brow + 8 * #q][bc] = pb#q;
+        //! end unroll
         workgroupBarrier();
         // the next step's tiles, loaded while this one is multiplied
         let kn = kt + BK;
         let col = kn / 4 + lc;
-        pa0 = load_a(a_row0, a_ok0, col, k4);
-        pa1 = load_a(a_row1, a_ok1, col, k4);
-        pa2 = load_a(a_row2, a_ok2, col, k4);
-        pa3 = load_a(a_row3, a_ok3, col, k4);
-        pb0 = load_b(b_col, b_ok, kn + brow, K, brs);
-        pb1 = load_b(b_col, b_ok, kn + brow + 8, K, brs);
-        pb2 = load_b(b_col, b_ok, kn + brow + 16, K, brs);
-        pb3 = load_b(b_col, b_ok, kn + brow + 24, K, brs);
+        //! unroll q 4
+        pa#q = load_a(a_row#q, a_ok#q, col, k4);
+        pb#q = load_b(b_col, b_ok, kn + brow + 8 * #q, K, brs);
+        //! end unroll
         //! unroll k 32
         {
             let p = tile_a[#k][ty];
