@@ -4,6 +4,7 @@
 from .backend import default_backend, set_default_backend  # noqa: I001
 from . import autodiff, dtype, ops
 from .autodiff import Gradients, no_grad
+from .capture import JitError, jit
 from .distribution import Distribution, seed
 from .errors import BackendError, DTypeError, EmberError, ShapeError
 from .tensor import Tensor
@@ -11,8 +12,8 @@ from .tensor import Tensor
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendError", "DTypeError", "Distribution", "EmberError", "Gradients", "ShapeError",
-    "Tensor", "autodiff", "default_backend", "dtype", "no_grad", "ops", "seed",
+    "BackendError", "DTypeError", "Distribution", "EmberError", "Gradients", "JitError",
+    "ShapeError", "Tensor", "autodiff", "default_backend", "dtype", "jit", "no_grad", "ops", "seed",
     "set_default_backend",
 ]
 

@@ -23,6 +23,23 @@ _NO = object()  # "no second operand"
 _RESHAPE = OPS["reshape"]
 _NO_ATTRS = {}
 
+# ember.jit's recorder while it captures a function (None otherwise): every primitive the Tensor
+# layer runs goes through _execute, and what a replay could not repeat (reading values, drawing
+# random numbers) through _host, so that the recorder sees them.
+_tracer = None
+
+
+def _execute(backend, op, prims, attrs, shape, dtype):
+    prim = backend.execute(op, prims, attrs, shape, dtype)
+    if _tracer is not None:
+        _tracer.op(backend, op, prims, attrs, shape, dtype, prim)
+    return prim
+
+
+def _host(what):
+    if _tracer is not None:
+        _tracer.host(what)
+
 
 # ---- ownership: which tensors only a temporary expression refers to -----------------------
 #
@@ -160,7 +177,7 @@ def _elementwise(op, a, b=_NO):
         return _promoting(op, a, b)
     out_dtype = "bool" if op.kind == COMPARE else dtype
     try:
-        prim = backend.execute(op, prims, _NO_ATTRS, shape, out_dtype)
+        prim = _execute(backend, op, prims, _NO_ATTRS, shape, out_dtype)
     except BaseException:
         _restore((a, b), prims)
         raise
@@ -196,7 +213,7 @@ def _promoting(op, a, b):
             x._prim = None
     shape = shapes[0] if len(shapes) == 1 else S.broadcast(op.name, *shapes)
     out_dtype = "bool" if op.kind == COMPARE else dt
-    return Tensor(backend.execute(op, prims, _NO_ATTRS, shape, out_dtype), backend, shape,
+    return Tensor(_execute(backend, op, prims, _NO_ATTRS, shape, out_dtype), backend, shape,
                   out_dtype)
 
 
@@ -227,7 +244,7 @@ def _apply(op, x, *rest, **attrs):
     prims = [_take(x, op, 0, "apply")]
     prims += [t._prim if isinstance(t, Tensor) else t for t in rest]
     try:
-        prim = x.backend.execute(op, prims, attrs, shape, dtype)
+        prim = _execute(x.backend, op, prims, attrs, shape, dtype)
     except BaseException:
         _restore((x,) + rest, prims)
         raise
@@ -321,7 +338,8 @@ class Tensor:
         dtype = D.canonical(dtype, "full")
         value = _fill_value("full", value, dtype)
         attrs = dict(shape_to=shape, value=value, dtype=dtype)
-        return Tensor(backend.execute(OPS["full"], [], attrs, shape, dtype), backend, shape, dtype)
+        return Tensor(_execute(backend, OPS["full"], [], attrs, shape, dtype), backend, shape,
+                      dtype)
 
     @staticmethod
     def zeros(shape, backend=None, dtype=None):
@@ -357,6 +375,7 @@ class Tensor:
             raise TypeError(f"random: expected a Distribution, got {dist!r}; e.g. "
                             "Distribution.Normal(0, 1)")
         dtype = D.canonical(dtype or D.DEFAULT_FLOAT, "random")
+        _host("drawing random numbers")
         return Tensor.from_data(dist.sample(S.as_shape(shape, "random"), dtype), backend, dtype)
 
     def new_zeros(self, shape):
@@ -391,10 +410,12 @@ class Tensor:
 
     def to_numpy(self):
         """The values as a NumPy array (blocks until the backend has computed them)."""
+        _host("reading a tensor's values")
         return self.backend.to_numpy(self._prim)
 
     async def to_numpy_async(self):
         """The values as a NumPy array, awaiting the backend (the browser's way to read)."""
+        _host("reading a tensor's values")
         return await self.backend.to_numpy_async(self._prim)
 
     def __array__(self, dtype=None, copy=None):
@@ -621,7 +642,8 @@ class Tensor:
             return self._alias()
         # resolved and checked just now, and reshape takes no donors: no need for _apply's
         # second pass over the op's rules (a batch-1 forward runs a dozen reshapes)
-        prim = self.backend.execute(_RESHAPE, [self._prim], {"shape_to": shape}, shape, self.dtype)
+        prim = _execute(self.backend, _RESHAPE, [self._prim], {"shape_to": shape}, shape,
+                        self.dtype)
         return Tensor(prim, self.backend, shape, self.dtype)
 
     def permute(self, *dims):

@@ -1,0 +1,217 @@
+"""ember.jit (core/ember/capture.py): a replay computes what the function computes, captures
+once per signature, notices a changed module, and refuses what it could not repeat."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import ember
+from ember import JitError, Tensor, nn, record
+from ember.backend import Autodiff, NdArray
+
+
+def _x(seed, shape=(2, 1, 28, 28), backend=None):
+    rng = np.random.default_rng(seed)
+    return Tensor.from_data(rng.random(shape, dtype=np.float32), backend=backend)
+
+
+class Counted(nn.Module):
+    """The MNIST ConvNet, counting how often its Python forward runs."""
+
+    def __init__(self):
+        self.net = ember.models.ConvNet(channels=(4, 8), hidden=16)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.net(x)
+
+
+def test_module_replays_what_it_computes_on_new_inputs():
+    model = Counted().eval()
+    fast = ember.jit(model)
+    for seed in range(5):
+        x = _x(seed)
+        want = model.net(x).to_numpy()
+        np.testing.assert_array_equal(fast(x).to_numpy(), want)
+    # call 1 runs, call 2 runs and captures, calls 3-5 replay without the Python forward
+    assert model.calls == 2
+    assert "1 captured" in repr(fast)
+
+
+def test_replay_leaves_arguments_and_weights_unchanged():
+    # a replay frees intermediates at their last use so ops may write into their inputs'
+    # buffers: never into an argument's or a weight's
+    model = ember.models.ConvNet(channels=(4, 8), hidden=16).eval()
+    fast = ember.jit(lambda x: (model(x) * 2 + 1).relu())
+    weights = {n: p.to_numpy().copy() for n, p in model.named_params()}
+    x = _x(0)
+    before = x.to_numpy().copy()
+    outs = [fast(x).to_numpy() for _ in range(4)]
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+    np.testing.assert_array_equal(x.to_numpy(), before)
+    for n, p in model.named_params():
+        np.testing.assert_array_equal(p.to_numpy(), weights[n], err_msg=n)
+
+
+def test_a_new_signature_captures_again():
+    calls = []
+
+    def f(x, scale, offset=0.0):
+        calls.append(x.shape)
+        return x * scale + offset
+
+    fast = ember.jit(f)
+    for shape, scale, offset in [((2, 3), 2.0, 0.0), ((4,), 2.0, 0.0), ((2, 3), 3.0, 0.0),
+                                 ((2, 3), 3.0, 1.0)] * 3:
+        x = _x(1, shape)
+        got = fast(x, scale, offset=offset).to_numpy()
+        np.testing.assert_allclose(got, x.to_numpy() * scale + offset, rtol=1e-6)
+    assert len(fast._plans) == 4 and len(calls) == 8
+    # another dtype is another signature too
+    xi = Tensor.from_data(np.arange(6, dtype=np.int32).reshape(2, 3))
+    for _ in range(3):
+        assert fast(xi, 2).to_numpy().tolist() == [[0, 2, 4], [6, 8, 10]]
+
+
+def test_the_same_tensor_twice_is_its_own_signature():
+    fast = ember.jit(lambda a, b: a - b)
+    x, y = _x(0, (3,)), _x(1, (3,))
+    for _ in range(3):
+        np.testing.assert_array_equal(fast(x, x).to_numpy(), np.zeros(3, np.float32))
+    for _ in range(3):
+        np.testing.assert_array_equal(fast(x, y).to_numpy(), x.to_numpy() - y.to_numpy())
+
+
+def test_structures_of_results_and_constants():
+    const = Tensor.from_data([1.0, 2.0, 3.0])
+
+    def f(x):
+        return {"sum": x + const, "pair": (x * 2, const), "made": Tensor.from_data([7.0])}
+
+    fast = ember.jit(f)
+    for seed in range(4):
+        x = _x(seed, (3,))
+        out = fast(x)
+        np.testing.assert_array_equal(out["sum"].to_numpy(), x.to_numpy() + const.to_numpy())
+        assert isinstance(out["pair"], tuple)
+        np.testing.assert_array_equal(out["pair"][0].to_numpy(), x.to_numpy() * 2)
+        np.testing.assert_array_equal(out["pair"][1].to_numpy(), [1, 2, 3])
+        np.testing.assert_array_equal(out["made"].to_numpy(), [7])
+
+
+def test_a_rebound_parameter_or_a_mode_switch_captures_again(tmp_path):
+    model = ember.models.ConvNet(channels=(4, 8), hidden=16).eval()
+    fast = ember.jit(model)
+    x = _x(3)
+    for _ in range(3):
+        fast(x)
+    other = ember.models.ConvNet(channels=(4, 8), hidden=16).eval()
+    record.save(other, tmp_path / "other.safetensors")
+    record.load(model, tmp_path / "other.safetensors")  # rebinds every Param of `model`
+    want = other(x).to_numpy()
+    for _ in range(3):
+        np.testing.assert_allclose(fast(x).to_numpy(), want, rtol=1e-6, atol=1e-6)
+    model.train()  # BatchNorm now updates its running statistics: no replay can do that
+    model.dropout.p = 0.0  # (Dropout in training draws random numbers: refused below)
+    fast(x)
+    with pytest.raises(JitError, match="rebinds its own parameters"):
+        fast(x)
+    model.eval()
+    for _ in range(3):
+        np.testing.assert_allclose(fast(x).to_numpy(), model(x).to_numpy(), rtol=1e-6,
+                                   atol=1e-6)
+
+
+def test_reading_values_or_drawing_random_numbers_is_refused():
+    def branchy(x):
+        return x * 2 if x.sum().item() > 0 else x
+
+    fast = ember.jit(branchy)
+    x = _x(0, (3,))
+    fast(x)  # the first call runs as written
+    with pytest.raises(JitError, match=r"branchy.*reading a tensor's values"):
+        fast(x)
+    fast = ember.jit(nn.Dropout(0.5))  # in training mode: a new mask each call
+    fast(x)
+    with pytest.raises(JitError, match="random numbers"):
+        fast(x)
+    with pytest.raises(JitError, match="neither a Tensor nor hashable"):
+        ember.jit(lambda x, opts: x)(x, [1, 2])
+    with pytest.raises(JitError, match="it must return Tensors"):
+        f = ember.jit(lambda x: x.shape)
+        f(x)
+        f(x)
+
+
+def test_gradients_flow_through_a_replay():
+    backend = Autodiff(NdArray())
+    model = ember.models.ConvNet(channels=(4, 8), hidden=16, backend=backend).eval()
+    fast = ember.jit(lambda x: model(x).sum())
+    for seed in range(4):
+        x = _x(seed, backend=backend).require_grad()
+        grads = fast(x).backward()
+        x2 = _x(seed, backend=backend).require_grad()
+        want = model(x2).sum().backward()
+        np.testing.assert_allclose(x.grad(grads).to_numpy(), x2.grad(want).to_numpy(),
+                                   rtol=1e-5, atol=1e-7)
+        w = model.conv1.weight
+        np.testing.assert_allclose(w.grad(grads).to_numpy(), w.grad(want).to_numpy(),
+                                   rtol=1e-5, atol=1e-6)
+    with ember.no_grad():  # recording or not is part of the signature
+        for _ in range(3):
+            assert not fast(_x(0, backend=backend)).is_require_grad()
+
+
+def test_a_jit_inside_a_capture_is_part_of_it():
+    inner = ember.jit(lambda x: x.exp())
+    outer = ember.jit(lambda x: inner(x) + 1)
+    for seed in range(4):
+        x = _x(seed, (5,))
+        np.testing.assert_allclose(outer(x).to_numpy(), np.exp(x.to_numpy()) + 1, rtol=1e-6)
+
+
+def test_ops_of_other_threads_are_not_captured():
+    go, done, during = threading.Event(), threading.Event(), []
+
+    def other():
+        go.wait(5)
+        for _ in range(50):
+            _x(9, (4,)).exp()
+        done.set()
+
+    def f(x):
+        if during:  # the capturing call: the other thread runs its ops meanwhile
+            go.set()
+            done.wait(5)
+        return x + 1
+
+    fast = ember.jit(f)
+    x = _x(0, (4,))
+    fast(x)
+    thread = threading.Thread(target=other)
+    thread.start()
+    during.append(True)
+    fast(x)
+    thread.join()
+    assert done.is_set()
+    assert len(next(iter(fast._plans.values())).steps) == 1
+    np.testing.assert_allclose(fast(x).to_numpy(), x.to_numpy() + 1)
+
+
+def test_wgpu_replays_too():
+    pytest.importorskip("wgpu")
+    from ember.backend import Wgpu
+
+    try:
+        backend = Wgpu()
+    except Exception as e:  # noqa: BLE001  (no adapter on this machine)
+        pytest.skip(f"no WebGPU adapter: {e}")
+    model = ember.models.ConvNet(channels=(4, 8), hidden=16, backend=backend).eval()
+    fast = ember.jit(model)
+    for seed in range(4):
+        x = _x(seed, backend=backend)
+        np.testing.assert_allclose(fast(x).to_numpy(), model(x).to_numpy(), rtol=1e-5,
+                                   atol=1e-6)
