@@ -11,6 +11,8 @@ ember loads (no torch export). Before timing, each ember output is checked again
 thread) on the same input. Timing is done inside the page (ember: time.perf_counter in Pyodide
 around forward + read-back to NumPy; ORT: performance.now around session.run with the read-back),
 median of N runs after warm-up; slow cases stop early after a time budget (at least 3 runs).
+ember runs each model under ember.jit, as the demos do: the warm-up's second call captures the
+forward's ops, the timed calls replay them (at least two warm-up calls, so none is timed).
 
 Here WebGPU is SwiftShader (a CPU emulation of a GPU): the webgpu column says nothing about a
 real GPU. The site server sends COOP/COEP, so the page is cross-origin isolated and ORT can use
@@ -179,7 +181,7 @@ def measure(quick, log):
     rng = np.random.default_rng(SEED + 1)
     inputs = {m: rng.random(shape, dtype=np.float32) for m, (shape, _) in CASES.items()}
     runs = {"mnist": (5, 10 if quick else 50, 5_000),
-            "squeezenet": (1 if quick else 2, 3 if quick else 10, 15_000 if quick else 30_000)}
+            "squeezenet": (2 if quick else 3, 3 if quick else 10, 15_000 if quick else 30_000)}
     results = {}
     with tempfile.TemporaryDirectory(dir=_build_dir()) as tmp:
         out = Path(tmp) / "site"

@@ -35,7 +35,7 @@ async def _model(model, backend_name, weights_url):
             m = SqueezeNet(backend=backend)  # noqa: F821 (defined by models.py, run before this)
             record.load(m, path)
             m.eval()
-        _models[key] = m
+        _models[key] = ember.jit(m)  # as the demos run it: replayed from the third call on
     return _models[key]
 
 

@@ -13,7 +13,8 @@ import ember
 from ember import Tensor
 
 _NAME = ${JSON.stringify(model)}
-_models = {"cpu": ember.models.load(_NAME)}
+# ember.jit: from the third prediction on, the model's captured ops replay without its Python
+_models = {"cpu": ember.jit(ember.models.load(_NAME))}
 _backends = {"cpu": None}
 
 async def _use(name):
@@ -22,7 +23,7 @@ async def _use(name):
         from ember.backends.wgpu import bridge_browser
         await bridge_browser.request_device()
         backend = Wgpu()
-        _models[name] = ember.models.load(_NAME, backend=backend)
+        _models[name] = ember.jit(ember.models.load(_NAME, backend=backend))
         _backends[name] = backend
     return name
 
