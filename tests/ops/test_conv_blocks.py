@@ -1,15 +1,16 @@
 """The NumPy convolutions' fast paths (ember/ops/nn.py) against the loop references of
-cases_nn.py: conv2d_weight and stride-1 conv_transpose2d run over the batch in blocks of
-images (forced here to one image per block, where the conformance suite's small batches fit
-one block), and stride-1 conv_transpose2d adds flattened rows widened by zeros; a weight that
-is not finite takes the general path."""
+cases_nn.py: at stride 1 all three run over the batch in blocks of images (forced here to one
+image per block, where the conformance suite's small batches fit one block); conv2d and
+conv2d_weight read their windows as runs of the padded input's flattened planes (_grid), and
+conv_transpose2d sums the kernel's columns in its GEMM over planes widened by zeros; a weight
+that is not finite takes the general path."""
 
 import numpy as np
 import pytest
 
 from ember.ops import nn as N
 
-from .cases_nn import conv2d_weight_ref, conv_transpose2d_ref
+from .cases_nn import conv2d_ref, conv2d_weight_ref, conv_transpose2d_ref
 
 GEOMETRIES = [  # kernel, padding ((top, bottom), (left, right)), dilation
     ((3, 3), ((0, 0), (0, 0)), (1, 1)),
@@ -35,6 +36,20 @@ def test_conv_transpose2d_stride1(blocks, kernel, pads, dilation, dtype):
     want = conv_transpose2d_ref((1, 1), pads, dilation, 1)(x, w)
     assert got.shape == want.shape and got.dtype == dtype and got.flags.c_contiguous
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel, pads, dilation", GEOMETRIES)
+@pytest.mark.parametrize("groups", [1, 3])
+def test_conv2d_grid(blocks, kernel, pads, dilation, groups):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 6, 8, 7)).astype(np.float32)[:, :, 1:, ::-1]  # not contiguous
+    w = rng.standard_normal((9, 6 // groups) + kernel).astype(np.float32)
+    b = rng.standard_normal(9).astype(np.float32)
+    attrs = dict(stride=(1, 1), padding=pads, dilation=dilation, groups=groups)
+    got = N._conv2d_np(x, w, b, **attrs)
+    want = conv2d_ref((1, 1), pads, dilation, groups)(x, w) + b.reshape(1, 9, 1, 1)
+    assert got.shape == want.shape and got.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kernel, pads, dilation", GEOMETRIES)

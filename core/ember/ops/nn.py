@@ -21,10 +21,11 @@ of convolutions whose last window stops short of the input's end need it), `grou
 
 NumPy implementations: the input's windows are one as_strided view [N, C, KH, KW, OH, OW];
 conv2d and conv2d_weight copy it once, in its own order (so the copy streams), into
-[N, groups, C/groups*KH*KW, OH*OW] columns and run one batched matmul; conv_transpose2d
+[N, groups, C/groups*KH*KW, OH*OW] columns and run one batched matmul (at stride 1, columns
+on the padded input's own width, _grid: each row one contiguous run); conv_transpose2d
 computes its columns with one matmul and adds them back with one strided add per kernel
-offset. Nothing loops over pixels or output positions. conv2d_weight, and conv_transpose2d at
-stride 1 (the input gradient of most convolutions), run over the batch in blocks of images
+offset. Nothing loops over pixels or output positions. conv2d_weight, and the other two at
+stride 1 (most convolutions and their input gradients), run over the batch in blocks of images
 whose columns fit in the CPU's cache (_batch_blocks), so the columns one step writes are read
 back from cache by the next, not from memory; that conv_transpose2d sums over the kernel's
 columns inside its GEMM and adds back only one plane per kernel row, as long contiguous runs
@@ -131,6 +132,39 @@ def _columns(x, kernel, stride, padding, dilation, out_hw, groups):
     return cols.reshape(n, groups, c // groups * kernel[0] * kernel[1], out_hw[0] * out_hw[1])
 
 
+def _grid(x, kernel, padding, dilation, out_hw):
+    """Stride 1: the padded input, C-contiguous, and its width wp. Output (r, q) then reads,
+    for kernel offset (i, j), flat position r*wp + q + i*dh*wp + j*dw of its plane: on this
+    grid of width wp (its last wp - OW columns unused), each offset's window is one shifted
+    contiguous run."""
+    (kh, kw), (dh, dw), (oh, ow) = kernel, dilation, out_hw
+    xp = np.ascontiguousarray(_pad(x, padding, oh + dh * (kh - 1), ow + dw * (kw - 1)))
+    return xp, xp.shape[3]
+
+
+def _grid_columns(xp, kernel, dilation, out_hw, groups, b):
+    """Images b of the padded input xp (from _grid) copied into grid columns
+    [n, groups, C/groups*KH*KW, (OH-1)*wp + OW]: one row per (channel, offset), each a
+    contiguous run of its plane (im2col rows of OW, copied row by row, ran ~1.5x slower)."""
+    (kh, kw), (dh, dw), (oh, ow) = kernel, dilation, out_hw
+    xb = xp[b]
+    n, c, _, wp = xb.shape
+    size = (oh - 1) * wp + ow  # past the last output, the run would leave the plane
+    s = xb.strides
+    view = np.lib.stride_tricks.as_strided(
+        xb, (n, c, kh, kw, size), (s[0], s[1], dh * s[2], dw * s[3], s[3]), writeable=False)
+    cols = np.empty(view.shape, dtype=xp.dtype)
+    kernels.copyto(cols, view)
+    return cols.reshape(n, groups, c // groups * kh * kw, size)
+
+
+def _off_grid(y, oh, ow, wp):
+    """A view [..., OH, OW] of grid outputs y [..., (OH-1)*wp + OW] (row r at r*wp)."""
+    s = y.strides
+    return np.lib.stride_tricks.as_strided(y, y.shape[:-1] + (oh, ow),
+                                           s[:-1] + (wp * s[-1], s[-1]), writeable=False)
+
+
 # the columns of a batch are several times its activations (MNIST's third conv: 18 MB, where
 # the CPU caches 1 MB per core); a block of ~2 MB of them stays in cache between the copy,
 # the GEMM and the adds (conv2d_weight ~10%, conv_transpose2d ~25% faster there, measured)
@@ -174,10 +208,18 @@ def _conv2d_np(x, w, b=None, *, stride, padding, dilation, groups):
     fast = kernels.conv2d(x, w, b, stride, padding, dilation, groups, (oh, ow))
     if fast is not None:  # inside Pyodide, one WebAssembly call (ops/kernels.py)
         return fast
-    cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
-    # one matmul: [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW], BLAS once per (n, g); not
-    # in blocks of the batch as the gradients are: measured slower on MNIST's third conv
-    out = kernels.matmul(w.reshape(groups, o // groups, -1), cols).reshape(n, o, oh, ow)
+    wg = w.reshape(groups, o // groups, -1)
+    if stride == (1, 1):  # on the grid, in blocks of images whose columns stay in cache
+        xp, wp = _grid(x, (kh, kw), padding, dilation, (oh, ow))
+        out = np.empty((n, o, oh, ow), dtype=x.dtype)
+        size = (oh - 1) * wp + ow
+        for blk in _batch_blocks(n, x.shape[1] * kh * kw * size * x.itemsize):
+            y = kernels.matmul(wg, _grid_columns(xp, (kh, kw), dilation, (oh, ow), groups, blk))
+            out[blk] = _off_grid(y.reshape(-1, o, size), oh, ow, wp)
+    else:
+        cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
+        # [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW]: BLAS once per (n, g)
+        out = kernels.matmul(wg, cols).reshape(n, o, oh, ow)
     if b is not None:  # the bias, added over the fresh product in place
         kernels.add(out, b.reshape(1, o, 1, 1), out=out)
     return out
@@ -335,10 +377,20 @@ def _conv2d_weight_rule(xs, gs, kernel, stride, padding, dilation, groups):
 def _conv2d_weight_np(x, g, kernel, stride, padding, dilation, groups):
     n, c = x.shape[:2]
     o, oh, ow = g.shape[1:]
-    gm = g.reshape(n, groups, o // groups, oh * ow)
     dw = np.zeros((groups, o // groups, c // groups * kernel[0] * kernel[1]), dtype=x.dtype)
-    for b in _batch_blocks(n, c * kernel[0] * kernel[1] * oh * ow * x.itemsize):
-        cols = _columns(x[b], kernel, stride, padding, dilation, (oh, ow), groups)
+    if stride == (1, 1):  # on the grid (see _grid): g widened by zero columns to wp
+        xp, wp = _grid(x, kernel, padding, dilation, (oh, ow))
+        size = (oh - 1) * wp + ow
+        gw = np.zeros((n, o, oh * wp), dtype=x.dtype)
+        gw.reshape(n, o, oh, wp)[..., :ow] = g
+        gm = gw[..., :size].reshape(n, groups, o // groups, size)
+        columns = functools.partial(_grid_columns, xp, kernel, dilation, (oh, ow), groups)
+    else:
+        gm, size = g.reshape(n, groups, o // groups, oh * ow), oh * ow
+        columns = (lambda b: _columns(x[b], kernel, stride, padding, dilation, (oh, ow),
+                                      groups))
+    for b in _batch_blocks(n, c * kernel[0] * kernel[1] * size * x.itemsize):
+        cols = columns(b)
         # [n, G, O/G, OH*OW] @ [n, G, OH*OW, C/G*KH*KW], then the (small) sum over the batch
         dw += kernels.matmul(gm[b], cols.transpose(0, 1, 3, 2)).sum(axis=0, dtype=x.dtype)
     return dw.reshape(o, c // groups, *kernel)
