@@ -904,7 +904,7 @@ add("gelu_grad",
          rtol=1e-5, atol=1e-6),
     Case("f64-bcast", (A((2, 1, 3), F64), A((4, 3), F64, -5, 5)), _gelu_grad_call,
          _gelu_grad_ref, rtol=1e-12, atol=1e-14),
-    # around 0 y / x has lost its digits: Phi's series; and the blocked path (> 64k elements)
+    # at 0 and where y underflows y / x fails: Phi's series; and the blocked path (> 64k elements)
     Case("near-zero", (A((5,)), lit([0.0, -0.0, 1e-30, -3e-4, 2e-3], F32)), _gelu_grad_call,
          _gelu_grad_ref, F32, rtol=1e-6, atol=1e-7),
     Case("blocked", (A((70000,)), A((70000,), F32, -6, 6)), _gelu_grad_call, _gelu_grad_ref,
