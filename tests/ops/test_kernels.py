@@ -49,8 +49,8 @@ def _close(got, ref, k):
 
 
 MATMULS = [((m, k), (k, n)) for m, k, n in (
-    (1, 3136, 128), (1, 37, 130), (2, 40, 45), (3, 129, 67), (5, 64, 64), (7, 300, 9), (13, 17, 31),
-    (33, 130, 17), (64, 288, 196), (121, 255, 10), (130, 513, 50), (257, 3, 70))] + [
+    (1, 3136, 128), (1, 37, 130), (2, 40, 45), (3, 129, 67), (5, 64, 64), (7, 300, 9),
+    (13, 17, 31), (33, 130, 17), (64, 288, 196), (121, 255, 10), (130, 513, 50), (257, 3, 70))] + [
     ((3, 1, 20, 30), (4, 30, 21)), ((1, 64, 27), (2, 1, 27, 45)), ((1, 64, 27), (1, 1, 27, 45)),
     ((2, 64, 600), (600, 9)),
     ((6, 45, 33), (6, 33, 19))]
@@ -131,6 +131,23 @@ def test_conv2d_with_bias_strided_inputs_and_cropping(layout, padding):
     ref = _apply(OPS["conv2d"], *(Tensor.from_data(a.astype(np.float64)) for a in (x, w, b)),
                  **attrs).to_numpy()
     _close(got, ref, 6 * 9)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+@pytest.mark.parametrize("padding", [((1, 1), (1, 1)), ((2, -1), (-2, 3)), ((0, 1), (2, 0))])
+def test_conv2d_3x3_at_stride_1(layout, padding):
+    # inside Pyodide: Winograd F(2x2, 3x3) (odd output sizes: partial tiles and groups)
+    x, w, b = _f32(2, 8, 17, 15), _f32(10, 8, 3, 3), _f32(10)
+    if layout == "transposed":
+        x = np.ascontiguousarray(x.swapaxes(2, 3)).swapaxes(2, 3)
+    elif layout == "sliced":
+        x = _f32(2, 8, 17, 30)[:, :, :, ::2]
+    attrs = dict(stride=(1, 1), padding=padding, dilation=(1, 1), groups=1)
+    got = _apply(OPS["conv2d"], Tensor.from_data(x), Tensor.from_data(w), Tensor.from_data(b),
+                 **attrs).to_numpy()
+    ref = _apply(OPS["conv2d"], *(Tensor.from_data(a.astype(np.float64)) for a in (x, w, b)),
+                 **attrs).to_numpy()
+    _close(got, ref, 8 * 9)
 
 
 POOLS = [  # x shape, kernel, stride, padding, dilation, ceil_mode

@@ -335,6 +335,206 @@ int conv2d_f32(const float *x, int n, int c, int h, int w, int sn, int sc, int s
   return 0;
 }
 
+// ---- Winograd F(2x2, 3x3): 3x3 convolutions at stride 1 -----------------------------------------
+// Each 2x2 block of outputs is A^T [(G g G^T) . (B^T d B)] A of its 4x4 input tile d: the 16
+// element-wise products, over all channels, are 16 GEMMs [O, C] @ [C, T] (T tiles) instead of one
+// [O, 9C] @ [9C, 4T]: 2.25x fewer multiply-adds (conv2 of the MNIST ConvNet, 64x32 channels on
+// 14x14: 3.6 M -> 1.6 M). The transforms use only additions and halvings, so float32 rounding
+// stays within a few ulps of the direct sum's.
+#define WINO_GROUP 4  // tiles a vector holds: four neighbours in a row of tiles
+
+// u[O*C][16] = G g G^T per (o, c), its 16 elements together (written in one stream; the GEMMs
+// read element e of every (o, c) as a strided [O, C] matrix, which packing A handles anyway)
+static void wino_weights(const float *w, int oc, float *u) {
+  for (int i = 0; i < oc; i++, u += 16) {
+    const float *g = w + i * 9;
+    float t[4][3];
+    for (int j = 0; j < 3; j++) {
+      float a = g[j], b = g[3 + j], d = g[6 + j];
+      t[0][j] = a;
+      t[1][j] = 0.5f * (a + b + d);
+      t[2][j] = 0.5f * (a - b + d);
+      t[3][j] = d;
+    }
+    for (int r = 0; r < 4; r++) {
+      float a = t[r][0], b = t[r][1], d = t[r][2];
+      u[r * 4 + 0] = a;
+      u[r * 4 + 1] = 0.5f * (a + b + d);
+      u[r * 4 + 2] = 0.5f * (a - b + d);
+      u[r * 4 + 3] = d;
+    }
+  }
+}
+
+// B^T d B of 4x4 tiles, d[r][j] (each a vector over WINO_GROUP tiles or a float), into v[i*4+j]
+#define WINO_IN(T, SUB, ADD)                                                                \
+  do {                                                                                     \
+    T e[4][4];                                                                             \
+    for (int r = 0; r < 4; r++) {                                                          \
+      e[r][0] = SUB(d[r][0], d[r][2]);                                                     \
+      e[r][1] = ADD(d[r][1], d[r][2]);                                                     \
+      e[r][2] = SUB(d[r][2], d[r][1]);                                                     \
+      e[r][3] = SUB(d[r][1], d[r][3]);                                                     \
+    }                                                                                      \
+    for (int j = 0; j < 4; j++) {                                                          \
+      v[0 + j] = SUB(e[0][j], e[2][j]);                                                    \
+      v[4 + j] = ADD(e[1][j], e[2][j]);                                                    \
+      v[8 + j] = SUB(e[2][j], e[1][j]);                                                    \
+      v[12 + j] = SUB(e[1][j], e[3][j]);                                                   \
+    }                                                                                      \
+  } while (0)
+
+// A^T m A of 4x4 tiles into y[0..3] = the 2x2 outputs (row-major)
+#define WINO_OUT(T, SUB, ADD)                                                               \
+  do {                                                                                     \
+    T s0[4], s1[4];                                                                        \
+    for (int j = 0; j < 4; j++) {                                                          \
+      s0[j] = ADD(ADD(m[j], m[4 + j]), m[8 + j]);                                          \
+      s1[j] = SUB(SUB(m[4 + j], m[8 + j]), m[12 + j]);                                     \
+    }                                                                                      \
+    y[0] = ADD(ADD(s0[0], s0[1]), s0[2]);                                                  \
+    y[1] = SUB(SUB(s0[1], s0[2]), s0[3]);                                                  \
+    y[2] = ADD(ADD(s1[0], s1[1]), s1[2]);                                                  \
+    y[3] = SUB(SUB(s1[1], s1[2]), s1[3]);                                                  \
+  } while (0)
+
+#define FADD(a, b) ((a) + (b))
+#define FSUB(a, b) ((a) - (b))
+
+// Floats of scratch conv2d_winograd_f32 needs (ember computes the same from these terms).
+EXPORT(conv2d_winograd_work_size)
+int conv2d_winograd_work_size(int c, int o, int oh, int ow) {
+  int th = (oh + 1) / 2, tw = (ow + 1) / 2, t = th * tw;
+  return c * (2 * th + 2) * (2 * tw + 4) + 16 * (o * c + c * t + o * t) +
+         sgemm_work_size(o, t, c);
+}
+
+// conv2d of x [N, C, H, W] (strides in elements) with w [O, C, 3, 3] (contiguous), stride 1,
+// dilation 1, one group, padding top/left (bottom/right: whatever gives oh x ow), plus bias
+// (or NULL), into out [N, O, OH, OW] (contiguous). work: conv2d_winograd_work_size floats.
+// Returns 0, or -1 (nothing written) when work is too small.
+EXPORT(conv2d_winograd_f32)
+int conv2d_winograd_f32(const float *x, int n, int c, int h, int w, int sn, int sc, int sh,
+                        int sw, const float *wt, int o, int top, int left, int oh, int ow,
+                        const float *bias, float *out, float *work, int work_len) {
+  if (work_len < conv2d_winograd_work_size(c, o, oh, ow)) return -1;
+  int th = (oh + 1) / 2, tw = (ow + 1) / 2, t = th * tw;
+  int hp = 2 * th + 2, wp = 2 * tw + 4;  // the padded input: every tile read is in bounds
+  float *xp = work, *u = xp + c * hp * wp, *vv = u + 16 * o * c, *mm = vv + 16 * c * t;
+  float *gemm = mm + 16 * o * t;
+  int gemm_len = work_len - (int)(gemm - work);
+  wino_weights(wt, o * c, u);
+  for (int b = 0; b < n; b++) {
+    // the zero-padded planes
+    for (int ci = 0; ci < c; ci++) {
+      const float *plane = x + b * sn + ci * sc;
+      float *dst = xp + ci * hp * wp;
+      for (int i = 0; i < hp; i++) {
+        int r = i - top;
+        float *row = dst + i * wp;
+        if (r < 0 || r >= h) {
+          for (int j = 0; j < wp; j++) row[j] = 0.0f;
+          continue;
+        }
+        int j = 0, lo = left > 0 ? left : 0, hi = left + w < wp ? left + w : wp;
+        for (; j < lo; j++) row[j] = 0.0f;
+        const float *src = plane + r * sh + (j - left) * sw;
+        if (sw == 1) {
+          for (; j + 4 <= hi; j += 4, src += 4) wasm_v128_store(row + j, wasm_v128_load(src));
+        }
+        for (; j < hi; j++, src += sw) row[j] = *src;
+        for (; j < wp; j++) row[j] = 0.0f;
+      }
+    }
+    // input transform: V[16][C][T]
+    for (int ci = 0; ci < c; ci++) {
+      const float *plane = xp + ci * hp * wp;
+      for (int ty = 0; ty < th; ty++) {
+        // groups of 4 tiles; the last group overlaps the one before (recomputing a few tiles
+        // is cheaper than transforming the rest one at a time)
+        int tx = 0;
+        for (int last = 0; tw >= WINO_GROUP && !last; tx += WINO_GROUP) {
+          if (tx + WINO_GROUP >= tw) {
+            tx = tw - WINO_GROUP;
+            last = 1;
+          }
+          v128_t d[4][4], v[16];
+          for (int r = 0; r < 4; r++) {
+            const float *row = plane + (2 * ty + r) * wp + 2 * tx;  // 12 floats, in bounds
+            v128_t a = wasm_v128_load(row), bb = wasm_v128_load(row + 4),
+                   cc = wasm_v128_load(row + 8);
+            d[r][0] = wasm_i32x4_shuffle(a, bb, 0, 2, 4, 6);
+            d[r][1] = wasm_i32x4_shuffle(a, bb, 1, 3, 5, 7);
+            d[r][2] = wasm_i32x4_shuffle(d[r][0], cc, 1, 2, 3, 4);
+            d[r][3] = wasm_i32x4_shuffle(d[r][1], cc, 1, 2, 3, 5);
+          }
+          WINO_IN(v128_t, wasm_f32x4_sub, wasm_f32x4_add);
+          float *dst = vv + ci * t + ty * tw + tx;
+          for (int e = 0; e < 16; e++) wasm_v128_store(dst + e * c * t, v[e]);
+        }
+        for (tx = tw >= WINO_GROUP ? tw : 0; tx < tw; tx++) {
+          float d[4][4], v[16];
+          for (int r = 0; r < 4; r++)
+            for (int j = 0; j < 4; j++) d[r][j] = plane[(2 * ty + r) * wp + 2 * tx + j];
+          WINO_IN(float, FSUB, FADD);
+          float *dst = vv + ci * t + ty * tw + tx;
+          for (int e = 0; e < 16; e++) dst[e * c * t] = v[e];
+        }
+      }
+    }
+    for (int e = 0; e < 16; e++) {
+      int status = sgemm(o, t, c, u + e, 16 * c, 16, vv + e * c * t, t, 1, mm + e * o * t,
+                         t, gemm, gemm_len);
+      if (status) return status;
+    }
+    // output transform, plus the bias
+    for (int oi = 0; oi < o; oi++) {
+      float *plane = out + (b * o + oi) * oh * ow;
+      float bo = bias ? bias[oi] : 0.0f;
+      v128_t bv = wasm_f32x4_splat(bo);
+      for (int ty = 0; ty < th; ty++) {
+        int r0 = 2 * ty, two_rows = r0 + 1 < oh;
+        // groups of 4 tiles whose 8 columns are all inside the row, the last one overlapping;
+        // what they leave (an odd last column, rows narrower than 8) one tile at a time
+        int full = ow / 2;  // tiles with both columns inside
+        int tx = 0;
+        for (int last = 0; full >= WINO_GROUP && !last; tx += WINO_GROUP) {
+          if (tx + WINO_GROUP >= full) {
+            tx = full - WINO_GROUP;
+            last = 1;
+          }
+          v128_t m[16], y[4];
+          const float *src = mm + oi * t + ty * tw + tx;
+          for (int e = 0; e < 16; e++) m[e] = wasm_v128_load(src + e * o * t);
+          WINO_OUT(v128_t, wasm_f32x4_sub, wasm_f32x4_add);
+          float *row = plane + r0 * ow + 2 * tx;
+          for (int k = 0; k < 4; k++) y[k] = wasm_f32x4_add(y[k], bv);
+          wasm_v128_store(row, wasm_i32x4_shuffle(y[0], y[1], 0, 4, 1, 5));
+          wasm_v128_store(row + 4, wasm_i32x4_shuffle(y[0], y[1], 2, 6, 3, 7));
+          if (two_rows) {
+            wasm_v128_store(row + ow, wasm_i32x4_shuffle(y[2], y[3], 0, 4, 1, 5));
+            wasm_v128_store(row + ow + 4, wasm_i32x4_shuffle(y[2], y[3], 2, 6, 3, 7));
+          }
+        }
+        for (tx = full >= WINO_GROUP ? full : 0; tx < tw; tx++) {
+          float m[16], y[4];
+          const float *src = mm + oi * t + ty * tw + tx;
+          for (int e = 0; e < 16; e++) m[e] = src[e * o * t];
+          WINO_OUT(float, FSUB, FADD);
+          int c0 = 2 * tx, two_cols = c0 + 1 < ow;
+          plane[r0 * ow + c0] = y[0] + bo;
+          if (two_cols) plane[r0 * ow + c0 + 1] = y[1] + bo;
+          if (two_rows) {
+            plane[(r0 + 1) * ow + c0] = y[2] + bo;
+            if (two_cols) plane[(r0 + 1) * ow + c0 + 1] = y[3] + bo;
+          }
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 // ---- max pooling's indices ----------------------------------------------------------------------
 // out[N, C, OH, OW] (int32, C-contiguous) = the flat index (into H*W) of each window's maximum
 // over the real (unpadded) elements of x [N, C, H, W] (strides in elements), PyTorch's rule:
