@@ -310,6 +310,10 @@ class Tensor:
     def from_data(data, backend=None, dtype=None):
         """A tensor from a NumPy array, nested lists, a scalar or another Tensor (copied)."""
         backend = _resolve_backend(backend)
+        if type(data) is np.ndarray and dtype is None:  # the common case (an input per call)
+            want = D.of_numpy(data)
+            array = np.array(data, dtype=want, copy=True, order="C")
+            return Tensor(backend.from_numpy(array), backend, array.shape, want)
         if isinstance(data, Tensor):
             data = data.to_numpy()
         want = D.canonical(dtype, "from_data") if dtype is not None else None
@@ -413,10 +417,11 @@ class Tensor:
         _host("reading a tensor's values")
         return self.backend.to_numpy(self._prim)
 
-    async def to_numpy_async(self):
+    def to_numpy_async(self):
         """The values as a NumPy array, awaiting the backend (the browser's way to read)."""
         _host("reading a tensor's values")
-        return await self.backend.to_numpy_async(self._prim)
+        # the backend's awaitable itself (await it): one coroutine less per read
+        return self.backend.to_numpy_async(self._prim)
 
     def __array__(self, dtype=None, copy=None):
         array = self.to_numpy()
