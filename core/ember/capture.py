@@ -293,10 +293,24 @@ class _Plan:
         for i, (backend, op, ins, attrs, shape, dtype, out) in enumerate(recorder.steps):
             free = tuple(s for s in set(ins) if last[s] == i and s not in pinned)
             self.steps.append((backend.execute, op, ins, attrs, shape, dtype, out, free))
+        # a backend may run the whole plan its own way (NdArray in Pyodide: WebAssembly programs)
+        backends = {step[0].key(): step[0] for step in recorder.steps}
+        self.runner = None
+        if len(backends) == 1:
+            (backend,) = backends.values()
+            self.runner = backend.compile(
+                [(op, ins, attrs, shape, dtype, out)
+                 for _, op, ins, attrs, shape, dtype, out in recorder.steps],
+                list(self.table), list(recorder.keep[:n_inputs]), sorted(set(_slots(layout))))
 
     def replay(self, args, kwargs):
+        inputs = [t._prim for t in _tensors(args, kwargs)]
+        if self.runner is not None:
+            values = self.runner(inputs)
+            if values is not None:
+                return _rebuild(self.layout, values)
         values = self.table.copy()
-        values[:self.n_inputs] = [t._prim for t in _tensors(args, kwargs)]
+        values[:self.n_inputs] = inputs
         for execute, op, ins, attrs, shape, dtype, out, free in self.steps:
             prims = [values[s] for s in ins]
             for s in free:  # last use: the op may write its result into this buffer

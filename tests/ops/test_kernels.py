@@ -259,3 +259,48 @@ def test_add_and_mul(sa, sb):
         np.testing.assert_array_equal(got.to_numpy(), ref)
     np.testing.assert_array_equal(ta.to_numpy(), a)  # the inputs are unchanged
     np.testing.assert_array_equal(tb.to_numpy(), b)
+
+
+def test_a_jit_replay_runs_as_webassembly_programs_inside_pyodide():
+    # ember.jit hands its plan to NdArray, which inside Pyodide lowers runs of kernel calls to
+    # programs (backends/wasm compile_plan); natively the plan replays op by op. Either way the
+    # replay must compute what the function computes.
+    import ember
+    from ember import nn
+
+    model = ember.models.ConvNet(channels=(8, 16), hidden=24).eval()
+    w3 = Tensor.from_data(_f32(12, 16, 3, 3))
+    const = Tensor.from_data(_f32(5))
+
+    def f(x, y):
+        h = model.pool(model.relu(model.bn1(model.conv1(x))))
+        h = model.relu(model.bn2(model.conv2(h)))  # 3x3, 8 -> 16 channels, 14x14: Winograd
+        z = nn.functional.conv2d(h, w3, padding=1).relu()
+        logits = model(x) + Tensor.cat([const, const], 0).reshape(1, 10) * 0.5
+        # softmax's exp and sum are NumPy's: steps between programs
+        return logits.softmax(-1), z.reshape(z.shape[0], -1)[:, :7] * y.reshape(1, -1), y
+
+    fast = ember.jit(f)
+    outs = []
+    for _ in range(5):
+        x, y = Tensor.from_data(_f32(2, 1, 28, 28)), Tensor.from_data(_f32(7))
+        got, want = fast(x, y), f(x, y)
+        for g, v in zip(got, want):
+            np.testing.assert_allclose(g.to_numpy(), v.to_numpy(), rtol=1e-4, atol=1e-5)
+        assert np.array_equal(got[2].to_numpy(), y.to_numpy())
+        outs.append([g.to_numpy().copy() for g in got])
+        kept = got[0].to_numpy()
+        fast(x, y)  # results are the caller's: the next replay does not overwrite them
+        np.testing.assert_array_equal(kept, outs[-1][0])
+    (plan,) = fast._plans.values()
+    if PYODIDE:
+        assert plan.runner is not None
+        assert any(len(seg) == 4 for seg in plan.runner.segments)  # at least one program
+    else:
+        assert plan.runner is None
+    # arguments laid out differently (a transposed view): replayed op by op, still right
+    x = Tensor.from_data(np.ascontiguousarray(_f32(2, 1, 28, 28).swapaxes(2, 3)))
+    xt = x.swap_dims(2, 3)
+    y = Tensor.from_data(_f32(7))
+    for g, v in zip(fast(xt, y), f(xt, y)):
+        np.testing.assert_allclose(g.to_numpy(), v.to_numpy(), rtol=1e-4, atol=1e-5)

@@ -13,6 +13,8 @@ The protocol is small on purpose:
     to_numpy(prim) -> np.ndarray           the only blocking read
     await to_numpy_async(prim)             the browser's way to read
     sync()                                 wait for queued work (no-op for eager CPU)
+    compile(steps, table, inputs, outputs) a faster runner for a captured plan (ember.jit), or
+                                           None (optional; see ember.capture)
 Shapes and dtypes never come from a backend: the op table's rules give them, so a lazy backend
 need not run anything to answer `x.shape`.
 """
@@ -55,6 +57,13 @@ class Backend:
 
     def sync(self):
         pass
+
+    def compile(self, steps, table, inputs, outputs):
+        """A runner for a plan ember.jit captured on this backend alone, or None (replay op by
+        op). steps: (op, input slots, attrs, shape, dtype, output slot); table: the slots'
+        constants (None elsewhere); inputs: this run's argument prims (slots 0..); outputs: the
+        result slots. runner(argument prims) -> {output slot: prim}, or None for this call."""
+        return None
 
     # decorators only: move a prim of the inner backend in and out without copying
     def wrap(self, inner_prim, shape, dtype):

@@ -62,6 +62,12 @@ class NdArray(_backend.Backend):
         # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
         return out if type(out) is np.ndarray else np.asarray(out)
 
+    def compile(self, steps, table, inputs, outputs):
+        # inside Pyodide, runs of WebAssembly kernels become one call each (backends/wasm)
+        if sys.platform == "emscripten" and os.environ.get("EMBER_WASM", "1") != "0":
+            return _wasm.compile_plan(steps, table, inputs, outputs, self.execute)
+        return None
+
     def from_numpy(self, array):
         return array  # the Tensor layer passes an array nobody else holds
 

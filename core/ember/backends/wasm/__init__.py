@@ -26,10 +26,12 @@ The relaxed-SIMD build is tried first: an engine without relaxed SIMD refuses to
 import ctypes
 import functools
 import math
+import threading
 import warnings
 from pathlib import Path
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from ...ops import kernels
 
@@ -306,16 +308,20 @@ def _pool_args(shape, strides, dtype, kernel, stride, padding, dilation, out_hw)
 
 
 def _pool(x, kernel, stride, padding, dilation, out_hw, values):
-    """One scan of the pooling kernel: (indices, values or None), or None where NumPy's
-    implementation runs (the op's shape rule has checked the geometry already)."""
+    """One scan of the pooling kernel: (indices, None), or (None, values) with the indices in
+    scratch, or None where NumPy's implementation runs (the op's shape rule has checked the
+    geometry already)."""
     args = _pool_args(x.shape, x.strides, x.dtype, kernel, stride, padding, dilation, out_hw)
     if args is None:
         return None
     shape, ints = args
+    if values:  # the indices only as the scan's scratch
+        vals = np.empty(shape, _F32)
+        _lib.max_pool2d_indices(_addr(x), *ints, _workspace(math.prod(shape)), _new_addr(vals))
+        return None, vals
     idx = np.empty(shape, np.int32)
-    vals = np.empty(shape, _F32) if values else None
-    _lib.max_pool2d_indices(_addr(x), *ints, _new_addr(idx), _new_addr(vals) if values else 0)
-    return idx, vals
+    _lib.max_pool2d_indices(_addr(x), *ints, _new_addr(idx), 0)
+    return idx, None
 
 
 def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
@@ -460,3 +466,209 @@ def add(a, b, out=None):
 def multiply(a, b, out=None):
     """np.multiply(a, b, out=out), as add."""
     return _binary(1, np.multiply, a, b, out)
+
+
+# ---- lowering a replayed plan (ember.jit) to one call per run of kernels ----------------------
+# run_program's codes, in order, and where each kernel takes pointers (the rest are ints)
+PROGRAM_KERNELS = {
+    "sgemm": (0, (3, 6, 9, 11)),
+    "conv2d_f32": (1, (0, 9, 22, 23, 24, 25)),
+    "conv2d_winograd_f32": (2, (0, 9, 15, 16, 17)),
+    "rows_f32": (3, (0, 1, 2)),
+    "relu_f32": (4, (0, 1)),
+    "max_pool2d_indices": (5, (0, 19, 20)),
+    "copy_strided": (6, (0, 1)),
+    "select_f32": (7, (0, 1, 3)),
+    "compare_f32": (8, (0, 1)),
+}
+_PURE = {"conv2d_winograd_work_size", "sgemm_work_size"}  # what wrappers may ask on the way
+
+
+class _Recording:
+    """Stands in for the module while a plan is lowered: calls go through, and are noted with
+    the workspace they saw."""
+
+    def __init__(self, lib, calls):
+        self._lib, self._calls = lib, calls
+
+    def __getattr__(self, name):
+        fn = getattr(self._lib, name)
+
+        def call(*args):
+            self._calls.append((name, args, _work_ptr, _work_len))
+            return fn(*args)
+        return call
+
+
+def _data(x):
+    return x.__array_interface__["data"][0]
+
+
+def compile_plan(steps, table, inputs, outputs, execute):
+    """A runner for a captured plan (see ember.capture) on NdArray inside Pyodide, or None:
+    every step that is one kernel call on buffers that stay put (the weights, and results this
+    runner keeps and reuses: an arena) goes into a program that run_program runs in one call;
+    the others (NumPy's ops, reshapes of the arguments) run as before, between programs.
+
+    Each step runs once here with every kernel call noted: a step is lowered when exactly one
+    routed function ran, returned the step's result, and called only kernels of run_program on
+    memory of the plan's arguments, weights, earlier results or the workspace; with the size
+    thresholds at their minimum (inside a program a call costs nothing).
+    steps: (op, input slots, attrs, shape, dtype, output slot); table: the slots' constants;
+    inputs: the arguments' arrays of this run (slots 0..); outputs: the result slots.
+    runner(arrays) -> {slot: array} for the output slots, or None when the arguments' layout
+    differs from this run's (the caller replays op by op)."""
+    global _lib
+    if _lib is None or kernels.matmul is not matmul:
+        return None
+    values = list(table)
+    values[:len(inputs)] = inputs
+    dynamic = set(range(len(inputs)))  # slots whose arrays change from run to run
+    layouts = [(x.shape, x.strides) for x in inputs]
+    routed, calls = [], []
+    saved = {name: getattr(kernels, name) for name in _ROUTED}
+    limits = {name: globals()[name] for name in ("MIN_MACS", "MIN_COPY", "MIN_FLAT")}
+
+    def noting(fn):
+        def call(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            routed.append(out)
+            return out
+        return call
+
+    segments, program, patches, work_len = [], [], [], 0
+    real = _lib
+    try:
+        _lib = _Recording(real, calls)
+        globals().update(dict.fromkeys(limits, 1))
+        for name, fn in saved.items():
+            setattr(kernels, name, noting(fn))
+        for op, ins, attrs, shape, dtype, out in steps:
+            args = [values[s] for s in ins]
+            routed.clear()
+            calls.clear()
+            result = op.np(*args, **attrs)
+            if type(result) is not np.ndarray:
+                result = np.asarray(result)
+            values[out] = result
+            words = _lower(ins, result, values, dynamic, routed, calls)
+            if words is None:  # runs as itself, between programs
+                if program:
+                    segments.append((np.array(program, np.int32), patches))
+                    program, patches = [], []
+                segments.append((op, ins, attrs, shape, dtype, out))
+                dynamic.add(out)
+                continue
+            for word, slot, offset in words[1]:
+                patches.append((len(program) + word, slot, offset))
+            program += words[0]
+            work_len = max([work_len] + [c[3] for c in calls])
+    finally:
+        _lib = real
+        globals().update(limits)
+        for name, fn in saved.items():
+            setattr(kernels, name, fn)
+    if program:
+        segments.append((np.array(program, np.int32), patches))
+    if not any(type(s[0]) is np.ndarray for s in segments):
+        return None
+    constants = {s for s, v in enumerate(table) if v is not None}
+    return _Runner(segments, values, constants, dynamic, layouts, outputs, work_len, execute)
+
+
+def _lower(ins, result, values, dynamic, routed, calls):
+    """(program words, [(word, slot, offset)]) for one step, or None (see compile_plan)."""
+    if not calls:
+        # no kernel: a view (a reshape) of memory that stays put is lowered to nothing
+        if routed or result.base is None:
+            return None
+        for s in ins:
+            if s not in dynamic and isinstance(values[s], np.ndarray) and \
+                    np.shares_memory(result, values[s]):
+                return [], []
+        return None
+    if len(routed) != 1 or routed[0] is not result or result.base is not None:
+        return None
+    fixed = [(byte_bounds(v), None) for s, v in enumerate(values)
+             if s not in dynamic and isinstance(v, np.ndarray) and v.size]
+    moving = [(byte_bounds(values[s]), s) for s in dynamic if values[s].size]
+    words, patches = [], []
+    for name, args, work_ptr, work_floats in calls:
+        if name in _PURE:
+            continue
+        if name not in PROGRAM_KERNELS:
+            return None
+        code, pointers = PROGRAM_KERNELS[name]
+        start = len(words) + 2
+        words += [code, len(args)]
+        for i, arg in enumerate(args):
+            if i not in pointers or arg == 0:
+                words.append(arg)
+                continue
+            if work_ptr <= arg < work_ptr + 4 * work_floats:  # scratch: the runner's own
+                words.append(arg - work_ptr)
+                patches.append((start + i, "work", 0))
+                continue
+            slot = next((s for (lo, hi), s in moving if lo <= arg < hi), False)
+            if slot is not False:
+                words.append(0)
+                patches.append((start + i, slot, arg - _data(values[slot])))
+            elif any(lo <= arg < hi for (lo, hi), _ in fixed):
+                words.append(arg)
+            else:  # memory the step made for itself and let go: not replayable
+                return None
+    return words, patches
+
+
+class _Runner:
+    """Runs a lowered plan: programs with the run's addresses patched in, other steps as ops."""
+
+    def __init__(self, segments, values, constants, dynamic, layouts, outputs, work_len,
+                 execute):
+        self.work = np.empty(max(work_len, 1), _F32)
+        work = _data(self.work)
+        self.segments = []
+        for seg in segments:
+            if type(seg[0]) is np.ndarray:
+                prog, patches = seg
+                moving = []
+                for word, slot, offset in patches:
+                    if slot == "work":
+                        prog[word] += work
+                    else:
+                        moving.append((word, slot, offset))
+                seg = (prog, _data(prog), len(prog), moving)
+            self.segments.append(seg)
+        self.values = values  # the arena: weights and the lowered steps' results, kept
+        self.constants = constants
+        self.dynamic = dynamic
+        self.layouts = layouts
+        self.outputs = outputs
+        self.execute = execute
+        self.lock = threading.Lock()
+
+    def __call__(self, inputs):
+        if any((x.shape, x.strides) != layout for x, layout in zip(inputs, self.layouts)):
+            return None
+        with self.lock:
+            values = self.values
+            values[:len(inputs)] = inputs
+            for seg in self.segments:
+                if len(seg) == 4:
+                    prog, addr, n, moving = seg
+                    for word, slot, offset in moving:
+                        prog[word] = _data(values[slot]) + offset
+                    status = _lib.run_program(addr, n)
+                    if status:
+                        raise RuntimeError(f"run_program: a kernel refused its call (status "
+                                           f"{status})")
+                else:
+                    op, ins, attrs, shape, dtype, out = seg
+                    values[out] = self.execute(op, [values[s] for s in ins], attrs, shape, dtype)
+            # the results: arguments and weights as they are, the rest copied out of memory
+            # that the next run overwrites
+            result = {s: values[s] if s < len(inputs) or s in self.constants
+                      else np.array(values[s], copy=True) for s in self.outputs}
+            for s in range(len(inputs)):
+                values[s] = None
+            return result

@@ -28,7 +28,8 @@ SOURCE = HERE / "kernels.c"
 VARIANTS = {"relaxed": ["-mrelaxed-simd"], "simd128": []}
 EXPORTS = ("sgemm", "sgemm_work_size", "sgemm_mr", "sgemm_nr", "sgemm_kc", "sgemm_mc",
            "copy_strided", "max_pool2d_indices", "take_f32", "select_f32",
-           "compare_f32", "rows_f32", "conv2d_winograd_f32", "conv2d_winograd_work_size")
+           "compare_f32", "rows_f32", "conv2d_winograd_f32", "conv2d_winograd_work_size",
+           "run_program")
 CLANGS = ("clang-19", "clang")
 FLAGS = ["--target=wasm32", "-O3", "-msimd128", "-mbulk-memory", "-ffreestanding", "-nostdlib",
          "-fno-builtin", "-fPIC", "-fvisibility=hidden", "-shared", "-Wall", "-Werror",

@@ -797,3 +797,61 @@ void rows_f32(float *out, const float *a, const float *b, int rows, int inner, i
     ROWS_LOOP(wasm_f32x4_mul, *)
   }
 }
+
+// ---- a lowered plan: many kernel calls in one --------------------------------------------------
+// ember.jit replays a model's ops; where each is one of these kernels on fixed buffers, the whole
+// sequence is one call: prog holds, per kernel call, its code, its argument count and the
+// arguments (int32; pointers are addresses in this 32-bit memory), n words in all. Inside
+// Pyodide the Python around each call (~5-10 us) cost as much as a small layer. The codes are
+// ember's PROGRAM_KERNELS (backends/wasm/__init__.py), in order. Returns 0, or the first
+// nonzero status of a kernel (nothing after it runs), or -2 for an unknown code.
+#define P(i) ((void *)(unsigned long)a[i])
+EXPORT(run_program)
+int run_program(const int *prog, int n) {
+  for (int i = 0; i < n;) {
+    int code = prog[i], count = prog[i + 1], status = 0;
+    const int *a = prog + i + 2;
+    switch (code) {
+      case 0:
+        status = sgemm(a[0], a[1], a[2], P(3), a[4], a[5], P(6), a[7], a[8], P(9), a[10], P(11),
+                       a[12]);
+        break;
+      case 1:
+        status = conv2d_f32(P(0), a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], P(9), a[10],
+                            a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19], a[20],
+                            a[21], P(22), P(23), P(24), P(25), a[26]);
+        break;
+      case 2:
+        status = conv2d_winograd_f32(P(0), a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], P(9),
+                                     a[10], a[11], a[12], a[13], a[14], P(15), P(16), P(17),
+                                     a[18]);
+        break;
+      case 3:
+        rows_f32(P(0), P(1), P(2), a[3], a[4], a[5], a[6]);
+        break;
+      case 4:
+        relu_f32(P(0), P(1), a[2]);
+        break;
+      case 5:
+        max_pool2d_indices(P(0), a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
+                           a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18], P(19), P(20));
+        break;
+      case 6:
+        copy_strided(P(0), P(1), a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
+                     a[12], a[13]);
+        break;
+      case 7:
+        select_f32(P(0), P(1), a[2], P(3), a[4]);
+        break;
+      case 8:
+        compare_f32(P(0), P(1), a[2], a[3], a[4]);
+        break;
+      default:
+        return -2;
+    }
+    if (status) return status;
+    i += 2 + count;
+  }
+  return 0;
+}
+#undef P
