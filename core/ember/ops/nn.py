@@ -215,11 +215,13 @@ def _conv2d_np(x, w, b=None, *, stride, padding, dilation, groups):
         size = (oh - 1) * wp + ow
         for blk in _batch_blocks(n, x.shape[1] * kh * kw * size * x.itemsize):
             y = kernels.matmul(wg, _grid_columns(xp, (kh, kw), dilation, (oh, ow), groups, blk))
+            if b is not None:  # the bias, over the block's product while it is in cache
+                kernels.add(y, b.reshape(groups, o // groups, 1), out=y)
             out[blk] = _off_grid(y.reshape(-1, o, size), oh, ow, wp)
-    else:
-        cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
-        # [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW]: BLAS once per (n, g)
-        out = kernels.matmul(wg, cols).reshape(n, o, oh, ow)
+        return out
+    cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
+    # [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW]: BLAS once per (n, g)
+    out = kernels.matmul(wg, cols).reshape(n, o, oh, ow)
     if b is not None:  # the bias, added over the fresh product in place
         kernels.add(out, b.reshape(1, o, 1, 1), out=out)
     return out
@@ -291,19 +293,24 @@ def _conv_transpose2d_flat(x, w, dilation, top, left, oh, ow):
     fh, fw = h + dh * (kh - 1), wd + dw * (kw - 1)
     pre, size = (kw - 1) * dw, h * fw
     # the widened planes behind a run of zeros: a shift by j*dw reads the zeros (no wrap)
-    xw = np.zeros((n, c, pre + size), dtype=x.dtype)
-    xw[:, :, pre:].reshape(n, c, h, fw)[..., :wd] = x
+    xw = np.empty((n, c, pre + size), dtype=x.dtype)  # (only the zeros are zero-filled)
+    xw[:, :, :pre] = 0
+    rows = xw[:, :, pre:].reshape(n, c, h, fw)
+    rows[..., :wd] = x
+    rows[..., wd:] = 0
     s = xw.strides
     shifted = np.lib.stride_tricks.as_strided(  # [N, KW, C, H*fw]: plane c moved by j*dw
         xw[:, :, pre:], (n, kw, c, size), (s[0], -dw * s[2], s[1], s[2]), writeable=False)
     wm = w.transpose(2, 1, 3, 0).reshape(kh * o, kw * c)  # [(i, o), (j, c)]
-    full = np.zeros((n, o, fh * fw), dtype=x.dtype)
+    full = np.empty((n, o, fh * fw), dtype=x.dtype)
     for b in _batch_blocks(n, (kw * c + kh * o) * size * x.itemsize):
         cols = np.empty((b.stop - b.start, kw, c, size), dtype=x.dtype)
         kernels.copyto(cols, shifted[b])
         rows = kernels.matmul(wm, cols.reshape(-1, kw * c, size)).reshape(-1, kh, o, size)
         planes = full[b]
-        for i in range(kh):
+        planes[..., :size] = rows[:, 0]  # the first kernel row is set, not added to zeros
+        planes[..., size:] = 0
+        for i in range(1, kh):
             planes[..., i * dh * fw:i * dh * fw + size] += rows[:, i]
     out = full.reshape(n, o, fh, fw)[:, :, top:top + oh, left:left + ow]
     return out if out.shape[2:] == (fh, fw) else np.ascontiguousarray(out)
@@ -567,9 +574,11 @@ def _batch_norm_rule(xs, ms, vs, ws, bs, eps):
 
 
 def _batch_norm_np(x, mean, var, w, b, eps):
-    out = np.subtract(x, mean)
-    kernels.multiply(out, w / np.sqrt(var + x.dtype.type(eps)), out=out)
-    return kernels.add(out, b, out=out)
+    # x * scale + shift, the statistics folded per channel first: two passes over x instead of
+    # three ((x - mean) * scale + b), and PyTorch's own CPU form (input * alpha + beta)
+    scale = w / np.sqrt(var + x.dtype.type(eps))
+    out = kernels.multiply(x, scale)
+    return kernels.add(out, b - mean * scale, out=out)
 
 
 def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
