@@ -8,7 +8,10 @@ A replay runs the captured list of op-table primitives on their backends, with t
 arguments' data in place of the old: modules, functional argument handling, shape and dtype
 rules and the Tensor layer are skipped. At batch 1 inside Pyodide that Python costs as much as
 the kernels (the MNIST ConvNet: ~0.4 of ~0.9 ms). A replay also frees each intermediate at its
-last use, so elementwise ops reuse their input's buffer (NdArray's ownership rule).
+last use, so elementwise ops reuse their input's buffer (NdArray's ownership rule). At capture,
+per-channel constants after a convolution are folded into it (BatchNorm in eval mode), and the
+backend may take the whole plan (Backend.compile: NdArray inside Pyodide runs its WebAssembly
+kernels as programs, one call for a run of them).
 
 What is captured, and so what a replay assumes:
 - The ops must not depend on tensor values: reading values (to_numpy, item, bool(x)) or drawing
@@ -182,7 +185,7 @@ def _layout(fn, out, recorder):
 
 # ---- a graph rewrite on the captured steps (ORT's Conv+Mul / Conv+Add fusions) ----------------
 # Named ops, on purpose: this is an optimisation of known patterns, not a backend.
-_CONV, _PER_CHANNEL = "conv2d", {"mul": np.multiply, "add": np.add}
+_CONV, _PER_CHANNEL = "conv2d", ("mul", "add")
 
 
 def _fold_into_convs(recorder, outputs):

@@ -276,6 +276,7 @@ def test_a_jit_replay_runs_as_webassembly_programs_inside_pyodide():
         h = model.pool(model.relu(model.bn1(model.conv1(x))))
         h = model.relu(model.bn2(model.conv2(h)))  # 3x3, 8 -> 16 channels, 14x14: Winograd
         z = nn.functional.conv2d(h, w3, padding=1).relu()
+        z = z.mask_where(z > 1.5, 1.5)  # a comparison and a select with a scalar
         logits = model(x) + Tensor.cat([const, const], 0).reshape(1, 10) * 0.5
         # softmax's exp and sum are NumPy's: steps between programs
         return logits.softmax(-1), z.reshape(z.shape[0], -1)[:, :7] * y.reshape(1, -1), y

@@ -477,9 +477,8 @@ PROGRAM_KERNELS = {
     "rows_f32": (3, (0, 1, 2)),
     "relu_f32": (4, (0, 1)),
     "max_pool2d_indices": (5, (0, 19, 20)),
-    "copy_strided": (6, (0, 1)),
-    "select_f32": (7, (0, 1, 3)),
-    "compare_f32": (8, (0, 1)),
+    "select_f32": (6, (0, 1, 3)),
+    "compare_f32": (7, (0, 1)),
 }
 _PURE = {"conv2d_winograd_work_size", "sgemm_work_size"}  # what wrappers may ask on the way
 

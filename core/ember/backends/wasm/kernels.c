@@ -837,13 +837,9 @@ int run_program(const int *prog, int n) {
                            a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18], P(19), P(20));
         break;
       case 6:
-        copy_strided(P(0), P(1), a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                     a[12], a[13]);
-        break;
-      case 7:
         select_f32(P(0), P(1), a[2], P(3), a[4]);
         break;
-      case 8:
+      case 7:
         compare_f32(P(0), P(1), a[2], a[3], a[4]);
         break;
       default:
