@@ -9,8 +9,13 @@ loops of ember.ops.kernels a batch-1 forward spends its time in, where NumPy the
 scalar element at a time (~1-2 ns each): im2col's strided copy, max pooling's indices and its
 gather, comparisons with a scalar and the select of one (ReLU), add and multiply with a
 per-channel operand (bias, BatchNorm) — each 4-8x faster than NumPy there on activations.
-NdArray installs them on import inside Pyodide; natively nothing here is loaded. EMBER_WASM=0
-in the environment keeps NumPy.
+Convolutions run in one call each (columns, GEMM, bias), 3x3 ones at stride 1 through
+Winograd F(2x2, 3x3). NdArray installs them on import inside Pyodide; natively nothing here is
+loaded. EMBER_WASM=0 in the environment keeps NumPy.
+
+A plan that ember.jit captured goes further (compile_plan, at the end): its kernel calls are
+strung into programs that one call runs, so a replayed model pays the ctypes call and the
+Python around each op once per program instead of once per op.
 
 How the module is loaded: as an Emscripten side module through `ctypes.CDLL`, i.e. Pyodide's
 own dynamic loader (the one that loads NumPy's extension modules) links it into Pyodide's
