@@ -143,6 +143,18 @@ def test_structures_of_results_and_constants():
         np.testing.assert_array_equal(out["made"].to_numpy(), [7])
 
 
+def test_a_temporary_constant_keeps_its_value():
+    # x * 2 + c: the add could write its result into c's buffer (nothing else holds that
+    # temporary), which a replay reads again as the constant
+    def f(x):
+        return x * 2 + Tensor.from_data(np.ones(3, np.float32))
+
+    fast = ember.jit(f)
+    for i in range(5):
+        x = Tensor.from_data(np.full(3, float(i), np.float32))
+        np.testing.assert_array_equal(fast(x).to_numpy(), np.full(3, 2 * i + 1.0))
+
+
 def test_a_rebound_parameter_or_a_mode_switch_captures_again(tmp_path):
     model = ember.models.ConvNet(channels=(4, 8), hidden=16).eval()
     fast = ember.jit(model)

@@ -131,9 +131,11 @@ class _Recorder:
         self.keep.append(obj)
         return slot
 
-    def op(self, backend, op, prims, attrs, shape, dtype, out):
+    def inputs(self, prims):
+        """The slots of an op's inputs, before it runs: one not seen before is a constant, held
+        from now on (so the op cannot write its result into it: a replay needs its value)."""
         if threading.get_ident() != self.thread:
-            return
+            return None
         ins = []
         for p in prims:
             slot = self.slots.get(id(p))
@@ -141,7 +143,11 @@ class _Recorder:
                 slot = self._slot(p)
                 self.constants[slot] = p
             ins.append(slot)
-        self.steps.append((backend, op, tuple(ins), attrs, shape, dtype, self._slot(out)))
+        return tuple(ins)
+
+    def op(self, backend, op, ins, attrs, shape, dtype, out):
+        if ins is not None:  # (None: another thread's op)
+            self.steps.append((backend, op, ins, attrs, shape, dtype, self._slot(out)))
 
     def host(self, what):
         if threading.get_ident() == self.thread and self.refused is None:

@@ -30,9 +30,12 @@ _tracer = None
 
 
 def _execute(backend, op, prims, attrs, shape, dtype):
+    if _tracer is None:
+        return backend.execute(op, prims, attrs, shape, dtype)
+    # the inputs are named (and held) first: an op may write into an input nothing else holds
+    ins = _tracer.inputs(prims)
     prim = backend.execute(op, prims, attrs, shape, dtype)
-    if _tracer is not None:
-        _tracer.op(backend, op, prims, attrs, shape, dtype, prim)
+    _tracer.op(backend, op, ins, attrs, shape, dtype, prim)
     return prim
 
 
