@@ -508,6 +508,15 @@ def _data(x):
     return x.__array_interface__["data"][0]
 
 
+def _word(value):
+    """An int32 program word: addresses of 2 GiB and up wrap (the kernel reads them unsigned)."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _words(program):
+    return np.array([_word(v) for v in program], np.int32)
+
+
 def compile_plan(steps, table, inputs, outputs, execute):
     """A runner for a captured plan (see ember.capture) on NdArray inside Pyodide, or None:
     every step that is one kernel call on buffers that stay put (the weights, and results this
@@ -558,7 +567,7 @@ def compile_plan(steps, table, inputs, outputs, execute):
             words = _lower(ins, result, values, dynamic, routed, calls)
             if words is None:  # runs as itself, between programs
                 if program:
-                    segments.append((np.array(program, np.int32), patches))
+                    segments.append((_words(program), patches))
                     program, patches = [], []
                 segments.append((op, ins, attrs, shape, dtype, out))
                 dynamic.add(out)
@@ -573,7 +582,7 @@ def compile_plan(steps, table, inputs, outputs, execute):
         for name, fn in saved.items():
             setattr(kernels, name, fn)
     if program:
-        segments.append((np.array(program, np.int32), patches))
+        segments.append((_words(program), patches))
     if not any(type(s[0]) is np.ndarray for s in segments):
         return None
     constants = {s for s, v in enumerate(table) if v is not None}
@@ -646,7 +655,7 @@ class _Runner:
                 moving = []
                 for word, slot, offset in patches:
                     if slot == "work":
-                        prog[word] += work
+                        prog[word] = _word(int(prog[word]) + work)
                     else:
                         moving.append((word, slot, offset))
                 seg = (prog, _data(prog), len(prog), moving)
@@ -669,7 +678,7 @@ class _Runner:
                 if len(seg) == 4:
                     prog, addr, n, moving = seg
                     for word, slot, offset in moving:
-                        prog[word] = _data(values[slot]) + offset
+                        prog[word] = _word(_data(values[slot]) + offset)
                     status = _lib.run_program(addr, n)
                     if status:
                         raise RuntimeError(f"run_program: a kernel refused its call (status "
