@@ -1,9 +1,9 @@
 """The NumPy convolutions' fast paths (ember/ops/nn.py) against the loop references of
-cases_nn.py: at stride 1 all three run over the batch in blocks of images (forced here to one
-image per block, where the conformance suite's small batches fit one block); conv2d and
-conv2d_weight read their windows as runs of the padded input's flattened planes (_grid), and
-conv_transpose2d sums the kernel's columns in its GEMM over planes widened by zeros; a weight
-that is not finite takes the general path."""
+cases_nn.py: conv2d_weight and stride-1 conv_transpose2d run over the batch in blocks of
+images (forced here to one image per block, where the conformance suite's small batches fit
+one block); at stride 1 conv2d and conv2d_weight read their windows as runs of the padded
+input's flattened planes (_grid), and conv_transpose2d sums the kernel's columns in its GEMM
+over planes widened by zeros; a weight that is not finite takes the general path."""
 
 import numpy as np
 import pytest
