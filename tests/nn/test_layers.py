@@ -239,6 +239,16 @@ def test_dropout_train_eval_and_seed():
         nn.Dropout(1.5)
 
 
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9, 1e-6])
+def test_dropout_drops_with_probability_p(p):
+    x = Tensor.ones([400, 250])
+    y = nn.Dropout(p)(x).to_numpy()
+    assert set(np.unique(y)) <= {0.0, np.float32(1 / (1 - p))}
+    assert abs((y == 0).mean() - p) < 0.005
+    if p < 1e-5:
+        assert (y != 0).all()
+
+
 def test_dropout_gradient_follows_the_mask():
     x = Tensor.from_data(randn(10, 10), AD).require_grad()
     y = nn.Dropout(0.5)(x)
