@@ -115,39 +115,29 @@ def test_conv2d_and_its_gradients(xs, ws, stride, padding, dilation, groups):
         _close(got, ref, k * 4)
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
-@pytest.mark.parametrize("padding", [((1, 1), (1, 1)), ((2, -1), (-2, 3)), ((0, 0), (0, 0))])
-def test_conv2d_with_bias_strided_inputs_and_cropping(layout, padding):
-    # the one-call path (inside Pyodide: columns, GEMM and bias in WebAssembly) against float64
-    # NumPy, on inputs that are views and with the negative padding gradients use
-    x, w, b = _f32(2, 6, 17, 15), _f32(10, 6, 3, 3), _f32(10)
-    if layout == "transposed":
-        x = np.ascontiguousarray(x.swapaxes(2, 3)).swapaxes(2, 3)
-    elif layout == "sliced":
-        x = _f32(2, 6, 34, 15)[:, :, ::2]
-    attrs = dict(stride=(2, 1), padding=padding, dilation=(1, 2), groups=1)
-    got = _apply(OPS["conv2d"], Tensor.from_data(x), Tensor.from_data(w), Tensor.from_data(b),
-                 **attrs).to_numpy()
-    ref = _apply(OPS["conv2d"], *(Tensor.from_data(a.astype(np.float64)) for a in (x, w, b)),
-                 **attrs).to_numpy()
-    _close(got, ref, 6 * 9)
+# (channels, stride, dilation): inside Pyodide the one-call path (columns, GEMM and bias in
+# WebAssembly), and 3x3 at stride 1 from 8 channels Winograd F(2x2, 3x3) (odd output sizes:
+# partial tiles and groups)
+CONV_PATHS = {"columns": (6, (2, 1), (1, 2)), "winograd": (8, (1, 1), (1, 1))}
 
 
+@pytest.mark.parametrize("path", list(CONV_PATHS))
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
 @pytest.mark.parametrize("padding", [((1, 1), (1, 1)), ((2, -1), (-2, 3)), ((0, 1), (2, 0))])
-def test_conv2d_3x3_at_stride_1(layout, padding):
-    # inside Pyodide: Winograd F(2x2, 3x3) (odd output sizes: partial tiles and groups)
-    x, w, b = _f32(2, 8, 17, 15), _f32(10, 8, 3, 3), _f32(10)
+def test_conv2d_with_bias_strided_inputs_and_cropping(path, layout, padding):
+    # against float64 NumPy, on inputs that are views and with the negative padding gradients use
+    c, stride, dilation = CONV_PATHS[path]
+    x, w, b = _f32(2, c, 17, 15), _f32(10, c, 3, 3), _f32(10)
     if layout == "transposed":
         x = np.ascontiguousarray(x.swapaxes(2, 3)).swapaxes(2, 3)
     elif layout == "sliced":
-        x = _f32(2, 8, 17, 30)[:, :, :, ::2]
-    attrs = dict(stride=(1, 1), padding=padding, dilation=(1, 1), groups=1)
+        x = _f32(2, c, 34, 15)[:, :, ::2]
+    attrs = dict(stride=stride, padding=padding, dilation=dilation, groups=1)
     got = _apply(OPS["conv2d"], Tensor.from_data(x), Tensor.from_data(w), Tensor.from_data(b),
                  **attrs).to_numpy()
     ref = _apply(OPS["conv2d"], *(Tensor.from_data(a.astype(np.float64)) for a in (x, w, b)),
                  **attrs).to_numpy()
-    _close(got, ref, 8 * 9)
+    _close(got, ref, c * 9)
 
 
 POOLS = [  # x shape, kernel, stride, padding, dilation, ceil_mode
