@@ -434,16 +434,9 @@ int conv2d_winograd_f32(const float *x, int n, int c, int h, int w, int sn, int 
         float *row = dst + i * wp;
         if (r < 0 || r >= h) {
           for (int j = 0; j < wp; j++) row[j] = 0.0f;
-          continue;
+        } else {  // im2col's row copy, of the whole padded row: column j reads j - left
+          column_row(row, plane + r * sh, wp, w, sw, 1, -left);
         }
-        int j = 0, lo = left > 0 ? left : 0, hi = left + w < wp ? left + w : wp;
-        for (; j < lo; j++) row[j] = 0.0f;
-        const float *src = plane + r * sh + (j - left) * sw;
-        if (sw == 1) {
-          for (; j + 4 <= hi; j += 4, src += 4) wasm_v128_store(row + j, wasm_v128_load(src));
-        }
-        for (; j < hi; j++, src += sw) row[j] = *src;
-        for (; j < wp; j++) row[j] = 0.0f;
       }
     }
     // input transform: V[16][C][T]
