@@ -290,7 +290,8 @@ class _Plan:
     def __init__(self, recorder, n_inputs, layout):
         self.n_inputs = n_inputs
         self.layout = layout
-        pinned = set(range(n_inputs)) | set(recorder.constants) | set(_slots(layout))
+        outputs = set(_slots(layout))
+        pinned = set(range(n_inputs)) | set(recorder.constants) | outputs
         last = {}
         for i, step in enumerate(recorder.steps):
             for slot in step[2]:
@@ -310,7 +311,7 @@ class _Plan:
             self.runner = backend.compile(
                 [(op, ins, attrs, shape, dtype, out)
                  for _, op, ins, attrs, shape, dtype, out in recorder.steps],
-                list(self.table), list(recorder.keep[:n_inputs]), sorted(set(_slots(layout))))
+                list(self.table), list(recorder.keep[:n_inputs]), sorted(outputs))
 
     def replay(self, args, kwargs):
         inputs = [t._prim for t in _tensors(args, kwargs)]

@@ -489,7 +489,7 @@ PROGRAM_KERNELS = {
     "select_f32": (6, (0, 1, 3)),
     "compare_f32": (7, (0, 1)),
 }
-_PURE = {"conv2d_winograd_work_size", "sgemm_work_size"}  # what wrappers may ask on the way
+_PURE = {"conv2d_winograd_work_size"}  # what a wrapper asks the module on the way
 
 
 class _Recording:
@@ -591,7 +591,7 @@ def compile_plan(steps, table, inputs, outputs, execute):
         return None
     constants = {s for s, v in enumerate(table) if v is not None}
     expected = {s: np.array(values[s], copy=True) for s in outputs}
-    runner = _Runner(segments, values, constants, dynamic, layouts, outputs, work_len, execute)
+    runner = _Runner(segments, values, constants, layouts, outputs, work_len, execute)
     # a safety net for the rule above (an op that changed its one kernel's result afterwards
     # in NumPy would be lowered wrongly): the first run must give what the ops gave
     got = runner(inputs)
@@ -648,8 +648,7 @@ def _lower(ins, result, values, dynamic, routed, calls):
 class _Runner:
     """Runs a lowered plan: programs with the run's addresses patched in, other steps as ops."""
 
-    def __init__(self, segments, values, constants, dynamic, layouts, outputs, work_len,
-                 execute):
+    def __init__(self, segments, values, constants, layouts, outputs, work_len, execute):
         self.work = np.empty(max(work_len, 1), _F32)
         work = _data(self.work)
         self.segments = []
@@ -666,7 +665,6 @@ class _Runner:
             self.segments.append(seg)
         self.values = values  # the arena: weights and the lowered steps' results, kept
         self.constants = constants
-        self.dynamic = dynamic
         self.layouts = layouts
         self.outputs = outputs
         self.execute = execute
