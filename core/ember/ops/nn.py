@@ -590,7 +590,9 @@ def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
     dims = tuple(d for d, m in enumerate(ms) if m == 1)
     count = S.prod(x.shape[d] for d in dims)
     from ..autodiff import is_grad_enabled  # (autodiff imports the op table)
-    if is_grad_enabled():  # create_graph: the statistics as functions of x (higher orders)
+    # create_graph with x tracked: the statistics as functions of x (higher orders). A plain
+    # backward runs its rules with grad mode on too, but on the inner backend: x untracked
+    if is_grad_enabled() and x.is_require_grad():
         mean, xc, var = batch_stats(x, dims)
     else:
         xc = x - mean  # (not sum(g x) - mean sum(g): that cancels when the mean is large)
