@@ -913,6 +913,46 @@ add("gelu_grad",
         match="gelu_grad"))
 
 
+# ---- adam: an optimizer's fused update, [x', m', v'] from x, g and the state [_, m, v] ----------
+_ADAM = dict(beta2=0.999, bc2_sqrt=math.sqrt(1 - 0.999 ** 3), eps=1e-8,
+             step=-1e-2 / (1 - 0.9 ** 3))
+
+
+def _adam_ref(w, transposed=False):
+    def ref(x, g, m, v):
+        g = g.T if transposed else g
+        v = np.abs(v)
+        m1 = m + w * (g - m) if w < 0.5 else g - (g - m) * (1 - w)
+        v1 = v * _ADAM["beta2"] + (1 - _ADAM["beta2"]) * g * g
+        x1 = x + _ADAM["step"] * m1 / (np.sqrt(v1) / _ADAM["bc2_sqrt"] + _ADAM["eps"])
+        return np.stack([x1, m1, v1])
+    return ref
+
+
+def _adam_call(w, transposed=False):
+    def call(x, g, m, v=None):
+        from ember.ops import OPS
+        from ember.tensor import _apply
+        g = g.swap_dims(0, 1) if transposed else g
+        # the state [_, m, v] (row 0 is not read), or a given one (m) when v is None
+        state = m if v is None else Tensor.stack([x * 0, m, v.abs()])
+        return _apply(OPS["adam"], x, g, state, w, *_ADAM.values())
+    return call
+
+
+add("adam",
+    Case("f32", (A((4, 5)), A((4, 5)), A((4, 5)), A((4, 5))), _adam_call(0.1), _adam_ref(0.1)),
+    Case("f32-lerp-upper-half", (A((7,)), A((7,)), A((7,)), A((7,))), _adam_call(0.7),
+         _adam_ref(0.7)),
+    Case("f64", (A((3, 2), F64), A((3, 2), F64), A((3, 2), F64), A((3, 2), F64)),
+         _adam_call(0.1), _adam_ref(0.1)),
+    Case("scalar-param", (A(()), A(()), A(()), A(())), _adam_call(0.1), _adam_ref(0.1)),
+    Case("transposed-grad", (A((4, 6)), A((6, 4)), A((4, 6)), A((4, 6))),
+         _adam_call(0.1, True), _adam_ref(0.1, True)),
+    err("err-state-shape", (A((4,)), A((4,)), A((3, 4))),
+        lambda x, g, s: _adam_call(0.1)(x, g, s.reshape(2, 6)), match="adam"))
+
+
 from . import cases_nn  # noqa: E402,F401  (adds the cases of the nn primitives, ops/nn.py)
 
 

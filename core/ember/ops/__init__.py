@@ -123,4 +123,4 @@ def _run(name, *inputs, **attrs):
     return _apply(OPS[name], *inputs, **attrs)
 
 
-from . import definitions, nn  # noqa: E402,F401  (fill OPS)
+from . import definitions, nn, optim  # noqa: E402,F401  (fill OPS)

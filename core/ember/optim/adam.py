@@ -1,5 +1,7 @@
 """Adam and AdamW: torch.optim.Adam / AdamW's update (AMSGrad included)."""
 
+from ..ops import OPS
+from ..tensor import Tensor, _apply
 from .optimizer import Optimizer, lerp
 
 __all__ = ["Adam", "AdamW"]
@@ -28,11 +30,26 @@ class Adam(Optimizer):
         self.eps, self.weight_decay = float(eps), float(weight_decay)
         self.amsgrad, self.maximize = amsgrad, maximize
 
+    # Without AMSGrad a parameter's moments are kept as the last result of the fused `adam`
+    # op (ops/optim.py), [x, m, v] in one tensor ("x_m_v"), which the next step reads back;
+    # state_dict shows them as torch's exp_avg / exp_avg_sq
     def _init_state(self, x):
-        state = {"step": 0, "exp_avg": x.zeros_like(), "exp_avg_sq": x.zeros_like()}
+        if not self.amsgrad:
+            return {"step": 0, "x_m_v": Tensor.zeros((3,) + x.shape, x.backend, x.dtype)}
+        return {"step": 0, "exp_avg": x.zeros_like(), "exp_avg_sq": x.zeros_like(),
+                "max_exp_avg_sq": x.zeros_like()}
+
+    def _export(self, state):
+        if "x_m_v" not in state:
+            return state
+        x_m_v = state["x_m_v"]
+        return {"step": state["step"], "exp_avg": x_m_v[1], "exp_avg_sq": x_m_v[2]}
+
+    def _import(self, state, x):
         if self.amsgrad:
-            state["max_exp_avg_sq"] = x.zeros_like()
-        return state
+            return state
+        return {"step": state["step"],
+                "x_m_v": Tensor.stack([x, state["exp_avg"], state["exp_avg_sq"]])}
 
     def _state_keys(self):
         return {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if self.amsgrad else set())
@@ -47,10 +64,15 @@ class Adam(Optimizer):
                 x = x * (1 - lr * self.weight_decay)
             else:
                 g = g + x * self.weight_decay
+        if not self.amsgrad:  # one op: torch's arithmetic (see ops/optim.py)
+            x_m_v = state["x_m_v"] = _apply(
+                OPS["adam"], x, g, state["x_m_v"], 1 - beta1, beta2,
+                (1 - beta2 ** step) ** 0.5, self.eps, -lr / (1 - beta1 ** step))
+            return _apply(OPS["slice"], x_m_v, starts=(0,) * x_m_v.ndim,
+                          stops=(1,) + x.shape, steps=(1,) * x_m_v.ndim).reshape(x.shape)
         m = state["exp_avg"] = lerp(state["exp_avg"], g, 1 - beta1)
         v = state["exp_avg_sq"] = state["exp_avg_sq"] * beta2 + g * (1 - beta2) * g
-        if self.amsgrad:
-            v = state["max_exp_avg_sq"] = state["max_exp_avg_sq"].maximum(v)
+        v = state["max_exp_avg_sq"] = state["max_exp_avg_sq"].maximum(v)
         # torch's x - step_size * m / (sqrt(v) / sqrt(1 - beta2**t) + eps), with -1 / step_size
         # folded into both terms of the denominator: the scalars merge, five ops on the
         # tensors, not six (per parameter and step, as the ops, not the flops, cost here)

@@ -117,6 +117,15 @@ class Optimizer:
 
     _scalar_keys = frozenset({"step"})  # state entries that are numbers; the rest are tensors
 
+    def _export(self, state):
+        """A parameter's state as state_dict saves it: the keys of _state_keys(), each tensor
+        in the parameter's shape (an optimizer may keep its state in another form)."""
+        return state
+
+    def _import(self, state, x):
+        """The inverse of _export, for the parameter x (on its inner backend)."""
+        return state
+
     def _update(self, x, g, state, lr):
         raise NotImplementedError
 
@@ -140,7 +149,7 @@ class Optimizer:
                 raise OptimError(f"{type(self).__name__}.state_dict: the optimizer holds state "
                                  f"for param id {k}, which is not in this {type(model).__name__}"
                                  "; pass the model this optimizer steps")
-            per_param[names[k]] = {key: _to_plain(v) for key, v in state.items()}
+            per_param[names[k]] = {key: _to_plain(v) for key, v in self._export(state).items()}
         out = {"step_count": self.step_count, "state": per_param}
         sched = getattr(self.scheduler, "state_dict", None)
         out["lr"] = sched() if callable(sched) else {}
@@ -178,7 +187,7 @@ class Optimizer:
                                                      dtype=x.dtype)
                 else:
                     restored[key] = _from_plain(value)
-            loaded[p.param_id] = restored
+            loaded[p.param_id] = self._import(restored, x)
         sched = getattr(self.scheduler, "load_state_dict", None)
         if callable(sched):
             sched(state["lr"])

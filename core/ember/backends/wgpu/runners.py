@@ -2,7 +2,7 @@
 
 - an op whose `wgsl` is an expression ("exp({0})") runs a kernel generated from it;
 - an op whose `wgsl` names a kernel runs the runner registered under that name (`KERNELS`:
-  the reductions, matmul, gather/select/scatter, cat, slice_assign, full; users add theirs
+  the reductions, matmul, gather/select/scatter, cat, slice_assign, full, adam; users add theirs
   with ember.backends.wgpu.register_kernel);
 - a movement op (reshape, permute, expand, slice, ...) becomes a view: its NumPy reference is
   applied to a stand-in array with the prim's strides, and the view NumPy returns gives the
@@ -357,6 +357,24 @@ def scatter(be, op, inputs, attrs, shape, dtype):
                                    (values.offset, broadcast_strides(values, idx.shape))], step)
     be.device.dispatch(k, (out.storage.gpu, idx.storage.gpu, values.storage.gpu), words,
                        groups_1d(n), be.cache)
+    return out
+
+
+# ---- adam: an optimizer's fused update (three results in one [3, n] buffer) ----------------------
+@kernel("adam")
+def adam(be, op, inputs, attrs, shape, dtype):
+    x, g, s = (be.dense(p) for p in inputs[:3])
+    w, beta2, bc2_sqrt, eps, step = inputs[3:]
+    out = be.empty(shape, dtype)
+    n = numel(shape) // 3
+    if n == 0:
+        return out
+    k = compile_kernel(be.device, ("adam",), "adam",
+                       lambda: (render("adam.wgsl"), "main", ("w", "r", "r", "r")))
+    words = [n, x.offset, g.offset, s.offset] + [
+        _bits(v, dtype) for v in (w, 1 - beta2, beta2, bc2_sqrt, eps, step)]
+    be.device.dispatch(k, (out.storage.gpu, x.storage.gpu, g.storage.gpu, s.storage.gpu),
+                       words, groups_1d(n), be.cache)
     return out
 
 
