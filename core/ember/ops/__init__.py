@@ -31,6 +31,8 @@ from ..errors import DTypeError
 UNARY, BINARY, COMPARE, REDUCE, INDEX, MOVEMENT, LINALG, SOURCE = (
     "unary", "binary", "compare", "reduce", "index", "movement", "linalg", "source")
 ELEMENTWISE = (UNARY, BINARY, COMPARE)
+FLOATS = ("float32", "float64")  # the dtypes an op's `dtypes` names most often
+NUMBERS = ("int32", "int64", "float32", "float64")
 
 
 def _same_shape(*shapes, **attrs):

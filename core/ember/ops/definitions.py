@@ -14,9 +14,11 @@ from ..errors import DTypeError, ShapeError
 from . import (
     BINARY,
     COMPARE,
+    FLOATS,
     INDEX,
     LINALG,
     MOVEMENT,
+    NUMBERS,
     REDUCE,
     SOURCE,
     UNARY,
@@ -30,13 +32,10 @@ from .numerics import erf as _np_erf
 from .numerics import gelu as _np_gelu
 from .numerics import gelu_grad as _np_gelu_grad
 
-_FLOATS = ("float32", "float64")
-_NUMBERS = ("int32", "int64", "float32", "float64")
-
 
 # ---- unary -------------------------------------------------------------------------------
 def unary(name, np_fn, wgsl, grad, saves, float_only=True, **kw):
-    dtypes = _FLOATS if float_only else _NUMBERS
+    dtypes = FLOATS if float_only else NUMBERS
     return op(name, UNARY, np_fn, wgsl, grad, saves=saves, float_only=float_only,
               dtypes=dtypes, **kw)
 
@@ -68,7 +67,7 @@ unary("relu", lambda x, out=None: kernels.relu(x, out=out), "max({0}, {dtype}(0)
 
 # ---- binary (Python scalars allowed on either side) ---------------------------------------
 def binary(name, np_fn, wgsl, grad, saves, float_only=False, **kw):
-    dtypes = _FLOATS if float_only else _NUMBERS
+    dtypes = FLOATS if float_only else NUMBERS
     return op(name, BINARY, np_fn, wgsl, grad, saves=saves, float_only=float_only,
               dtypes=dtypes, **kw)
 
@@ -122,7 +121,7 @@ compare("ge", np.greater_equal, "({0} >= {1})")
 
 # ---- dtype --------------------------------------------------------------------------------
 op("cast", UNARY, lambda x, dtype: x.astype(dtype), "{dtype}({0})",
-          lambda g, y, x, dtype: (g.cast(x.dtype) if x.dtype in _FLOATS else None,),
+          lambda g, y, x, dtype: (g.cast(x.dtype) if x.dtype in FLOATS else None,),
           dtype=lambda d, dtype: dtype, donors=())
 
 
@@ -153,7 +152,7 @@ def _sum_np(x, dims):
     return np.add.reduce(x, axis=dims, keepdims=True, dtype=x.dtype)
 
 
-op("sum", REDUCE, _sum_np, "sum", lambda g, y, x, dims: (g.expand(x.shape),), dtypes=_NUMBERS)
+op("sum", REDUCE, _sum_np, "sum", lambda g, y, x, dims: (g.expand(x.shape),), dtypes=NUMBERS)
 op("max", REDUCE, lambda x, dims: np.maximum.reduce(x, axis=dims, keepdims=True), "max",
          _extreme_grad, saves=(0, "out"), shape=_nonempty("max"))
 op("min", REDUCE, lambda x, dims: np.minimum.reduce(x, axis=dims, keepdims=True), "min",
@@ -405,7 +404,7 @@ def _gelu_grad_grad(h, out, g, x, y):
 
 op("gelu_grad", INDEX, lambda g, x, y: _np_gelu_grad(g, x, y), "({0} * op_gelu_grad({1}, {2}))",
    _gelu_grad_grad, saves=(0, 1, 2), shape=lambda *s: S.broadcast("gelu_grad", *s),
-   dtype=one_dtype("gelu_grad"), dtypes=_FLOATS)
+   dtype=one_dtype("gelu_grad"), dtypes=FLOATS)
 
 
 # ---- linear algebra -----------------------------------------------------------------------
@@ -422,7 +421,7 @@ def _matmul_rule(a, b):
 op("matmul", LINALG, lambda a, b: kernels.matmul(a, b), "matmul",
             lambda g, y, a, b: (lambda: g @ b.swap_dims(-1, -2), lambda: a.swap_dims(-1, -2) @ g),
             saves=(0, 1),
-            shape=_matmul_rule, dtype=_same, dtypes=_NUMBERS)
+            shape=_matmul_rule, dtype=_same, dtypes=NUMBERS)
 
 
 # ---- sources ------------------------------------------------------------------------------

@@ -39,10 +39,7 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import ShapeError
-from . import INDEX, LINALG, _run, _same_dtype, kernels, one_dtype, op
-
-_FLOATS = ("float32", "float64")
-_NUMBERS = ("int32", "int64", "float32", "float64")
+from . import FLOATS, INDEX, LINALG, NUMBERS, _run, _same_dtype, kernels, one_dtype, op
 
 
 # ---- geometry -----------------------------------------------------------------------------
@@ -252,7 +249,7 @@ def _conv2d_grad(g, y, x, w, *bias, stride, padding, dilation, groups):
 
 
 op("conv2d", LINALG, _conv2d_np, "conv2d", _conv2d_grad, saves=(0, 1),
-   shape=_conv2d_rule, dtype=one_dtype("conv2d"), dtypes=_FLOATS)
+   shape=_conv2d_rule, dtype=one_dtype("conv2d"), dtypes=FLOATS)
 
 
 # ---- conv_transpose2d: the adjoint of conv2d in its input -----------------------------------
@@ -362,7 +359,7 @@ def _conv_transpose2d_grad(g, y, x, w, stride, padding, dilation, groups):
 
 op("conv_transpose2d", LINALG, _conv_transpose2d_np, "conv_transpose2d",
    _conv_transpose2d_grad, saves=(0, 1), shape=_conv_transpose2d_rule,
-   dtype=one_dtype("conv_transpose2d"), dtypes=_FLOATS)
+   dtype=one_dtype("conv_transpose2d"), dtypes=FLOATS)
 
 
 # ---- conv2d_weight: the gradient of conv2d in its weight -------------------------------------
@@ -418,7 +415,7 @@ def _conv2d_weight_grad(gw, y, x, g, kernel, stride, padding, dilation, groups):
 
 op("conv2d_weight", LINALG, _conv2d_weight_np, "conv2d_weight", _conv2d_weight_grad,
    saves=(0, 1), shape=_conv2d_weight_rule, dtype=one_dtype("conv2d_weight"),
-   dtypes=_FLOATS)
+   dtypes=FLOATS)
 
 
 # ---- max_pool2d_indices: where each window's maximum is ---------------------------------------
@@ -513,7 +510,7 @@ def _int_out(*dtypes, **attrs):
 
 
 op("max_pool2d_indices", INDEX, _max_pool2d_indices_np, "max_pool2d_indices",
-   shape=_max_pool2d_indices_rule, dtype=_int_out, dtypes=_NUMBERS)
+   shape=_max_pool2d_indices_rule, dtype=_int_out, dtypes=NUMBERS)
 
 
 # ---- max_pool2d: each window's maximum ---------------------------------------------------------
@@ -545,7 +542,7 @@ def _max_pool2d_grad(g, y, x, **attrs):
 
 
 op("max_pool2d", INDEX, _max_pool2d_np, "max_pool2d", _max_pool2d_grad, saves=(0,),
-   shape=_max_pool2d_indices_rule, dtype=_same_dtype, dtypes=_NUMBERS)
+   shape=_max_pool2d_indices_rule, dtype=_same_dtype, dtypes=NUMBERS)
 
 
 # ---- batch_norm: training-mode batch normalisation ----------------------------------------------
@@ -607,4 +604,4 @@ def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
 
 op("batch_norm", INDEX, _batch_norm_np,
    "((({0} - {1}) * inverseSqrt({2} + {dtype}({eps}))) * {3} + {4})", _batch_norm_grad,
-   saves=(0, 1, 2, 3), shape=_batch_norm_rule, dtype=one_dtype("batch_norm"), dtypes=_FLOATS)
+   saves=(0, 1, 2, 3), shape=_batch_norm_rule, dtype=one_dtype("batch_norm"), dtypes=FLOATS)

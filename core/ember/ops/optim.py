@@ -23,9 +23,7 @@ import numpy as np
 
 from .. import shape as S
 from ..errors import ShapeError
-from . import INDEX, one_dtype, op
-
-_FLOATS = ("float32", "float64")
+from . import FLOATS, INDEX, one_dtype, op
 
 
 def _adam_rule(xs, gs, ss, *scalars):
@@ -78,4 +76,4 @@ def _adam_block(x, g, m0, v0, new_x, m, v, tmp, w, small, c2, beta2, bc2_sqrt, e
     new_x += x
 
 
-op("adam", INDEX, _adam_np, "adam", None, shape=_adam_rule, dtype=_adam_dtype, dtypes=_FLOATS)
+op("adam", INDEX, _adam_np, "adam", None, shape=_adam_rule, dtype=_adam_dtype, dtypes=FLOATS)
