@@ -34,8 +34,11 @@ def _adam_rule(xs, gs, ss, *scalars):
     return ss
 
 
+_one_dtype = one_dtype("adam")
+
+
 def _adam_dtype(x, g, s, *scalars):
-    return one_dtype("adam")(x, g, s)
+    return _one_dtype(x, g, s)  # (the scalars have no dtype)
 
 
 # blocks of this many elements: the dozen passes over a block stay in the CPU's cache (the

@@ -40,7 +40,7 @@ class Adam(Optimizer):
                 "max_exp_avg_sq": x.zeros_like()}
 
     def _export(self, state):
-        if "x_m_v" not in state:
+        if self.amsgrad:
             return state
         x_m_v = state["x_m_v"]
         return {"step": state["step"], "exp_avg": x_m_v[1], "exp_avg_sq": x_m_v[2]}
