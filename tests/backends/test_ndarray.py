@@ -639,3 +639,36 @@ def test_inplace_and_copying_give_equal_results(fn):
     np.testing.assert_array_equal(out1.to_numpy(), out2.to_numpy())
     np.testing.assert_array_equal(x1.to_numpy(), a)
     np.testing.assert_array_equal(x2.to_numpy(), a)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc settings")
+@pytest.mark.parametrize("keep", ["1", "0"])
+def test_freed_memory_is_kept_for_the_next_step(keep):
+    # in a fresh process (the setting is process-wide): a "step" allocates ten 3 MB
+    # activations and frees them; under glibc's defaults (thresholds following a 4 MB buffer
+    # freed before) the heap's top goes back to the OS and the next step page-faults it in
+    import os
+    import platform
+    import subprocess
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc only")
+    script = textwrap.dedent("""
+        import resource, numpy as np
+        from ember.backend import NdArray
+        NdArray()
+        def step():
+            acts = [np.ones(3 << 18, np.float32) for _ in range(10)]
+            del acts
+        a = np.ones(1 << 20, np.float32); del a
+        step()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        step()
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    """)
+    env = {**os.environ, "EMBER_KEEP_HEAP": keep}
+    faults = int(subprocess.run([sys.executable, "-c", script], env=env, check=True,
+                                capture_output=True, text=True).stdout)
+    if keep == "1":
+        assert faults < 100
+    else:  # the behaviour it prevents (EMBER_KEEP_HEAP=0): ~7500 pages faulted in anew
+        assert faults > 1000

@@ -24,8 +24,8 @@ conv2d and conv2d_weight copy it once, in its own order (so the copy streams), i
 [N, groups, C/groups*KH*KW, OH*OW] columns and run one batched matmul (at stride 1, columns
 on the padded input's own width, _grid: each row one contiguous run); conv_transpose2d
 computes its columns with one matmul and adds them back with one strided add per kernel
-offset. Nothing loops over pixels or output positions. conv2d_weight, and conv_transpose2d at
-stride 1 (the input gradient of most convolutions), run over the batch in blocks of images
+offset. Nothing loops over pixels or output positions. All three at stride 1 (most
+convolutions and their gradients) run over the batch in blocks of images
 whose columns fit in the CPU's cache (_batch_blocks), so the columns one step writes are read
 back from cache by the next, not from memory; that conv_transpose2d sums over the kernel's
 columns inside its GEMM and adds back only one plane per kernel row, as long contiguous runs
@@ -206,19 +206,20 @@ def _conv2d_np(x, w, b=None, *, stride, padding, dilation, groups):
     if fast is not None:  # inside Pyodide, one WebAssembly call (ops/kernels.py)
         return fast
     wg = w.reshape(groups, o // groups, -1)
-    if stride == (1, 1):  # on the grid: rows of columns are contiguous runs (fast to copy)
-        # the whole batch at once, not in blocks of images as the gradients run: blocks
-        # measured ~10% faster alone, but slower in a training step, where the batch's columns
-        # (MNIST's third conv: 19 MB) are the one buffer large enough to lift glibc's dynamic
-        # heap thresholds; without it the heap a backward frees goes back to the OS, and the
-        # next forward page-faults it in again (~7000 faults, ~10+ ms per MNIST step, measured)
+    if stride == (1, 1):  # on the grid, in blocks of images whose columns stay in cache
+        # (MNIST's third conv: 19 MB of columns for the batch; blocked, its training step ran
+        # ~2.5 ms faster on a quiet machine. That relies on NdArray's heap setting,
+        # backends/ndarray.py _keep_heap: without it, no 19 MB buffer lifts glibc's thresholds
+        # and each step page-faults its activations back in)
         xp, wp = _grid(x, (kh, kw), padding, dilation, (oh, ow))
+        out = np.empty((n, o, oh, ow), dtype=x.dtype)
         size = (oh - 1) * wp + ow
-        y = kernels.matmul(wg, _grid_columns(xp, (kh, kw), dilation, (oh, ow), groups,
-                                             slice(0, n)))
-        if b is not None:  # the bias, added over the fresh product in place
-            kernels.add(y, b.reshape(groups, o // groups, 1), out=y)
-        return np.ascontiguousarray(_off_grid(y.reshape(n, o, size), oh, ow, wp))
+        for blk in _batch_blocks(n, x.shape[1] * kh * kw * size * x.itemsize):
+            y = kernels.matmul(wg, _grid_columns(xp, (kh, kw), dilation, (oh, ow), groups, blk))
+            if b is not None:  # the bias, over the block's product while it is in cache
+                kernels.add(y, b.reshape(groups, o // groups, 1), out=y)
+            out[blk] = _off_grid(y.reshape(-1, o, size), oh, ow, wp)
+        return out
     cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
     # [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW]: BLAS once per (n, g)
     out = kernels.matmul(wg, cols).reshape(n, o, oh, ow)
