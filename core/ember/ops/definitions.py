@@ -91,14 +91,16 @@ def _pow_grad(g, y, a, b):
 
 
 # add and mul through ops.kernels: inside Pyodide a WebAssembly kernel takes float32 operands of
-# one shape or with a per-channel one (a bias)
+# one shape or with a per-channel one (a bias). The gradients that cost a pass are lazy: one
+# operand is often a constant or a Python scalar (x * mask in dropout, x * 0.5, x / n), whose
+# gradient Autodiff would compute over the whole tensor and throw away
 binary("add", lambda a, b, out=None: kernels.add(a, b, out=out), "({0} + {1})",
        lambda g, y, a, b: (g, g), ())
-binary("sub", np.subtract, "({0} - {1})", lambda g, y, a, b: (g, -g), ())
+binary("sub", np.subtract, "({0} - {1})", lambda g, y, a, b: (g, lambda: -g), ())
 binary("mul", lambda a, b, out=None: kernels.multiply(a, b, out=out), "({0} * {1})",
-       lambda g, y, a, b: (g * b, g * a), (0, 1))
+       lambda g, y, a, b: (lambda: g * b, lambda: g * a), (0, 1))
 binary("div", np.divide, "({0} / {1})",
-             lambda g, y, a, b: (g / b, -(g * y / b)), (1, "out"), float_only=True)
+       lambda g, y, a, b: (lambda: g / b, lambda: -(g * y / b)), (1, "out"), float_only=True)
 binary("pow", np.power, "op_pow({0}, {1})", _pow_grad, (0, 1, "out"),
        float_only=True)
 binary("maximum", np.maximum, "max({0}, {1})", _max_grad, (0, 1, "out"))
