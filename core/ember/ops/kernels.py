@@ -1,7 +1,9 @@
 """The inner loops the op table's NumPy implementations spend their time in, each behind one
 module-level name, so that a faster implementation can take over where NumPy is slow.
 
-Natively they stay NumPy's own (BLAS). Inside Pyodide, where NumPy has no BLAS and no SIMD (a
+Natively, where NumPy has BLAS, ember.backends.native rebinds the elementwise chains NumPy runs
+as many passes (GELU) to C compiled on first use, when the machine has a C compiler. Inside
+Pyodide, where NumPy has no BLAS and no SIMD (a
 float32 matmul runs at 1-3 GFLOP/s there), ember.backends.wasm rebinds them to WebAssembly SIMD
 kernels for the shapes where those win, and keeps NumPy for the rest. Callers look the name up
 at call time (`kernels.matmul(a, b)`), so a rebinding reaches every caller; ops stay named in
@@ -62,4 +64,15 @@ def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
 def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
     """max_pool2d's result [N, C, OH, OW] computed by a faster kernel, or None (the NumPy
     implementation in ops/nn.py runs)."""
+    return None
+
+
+def gelu(x, out=None):
+    """The exact GELU of x (numerics.gelu) computed by a faster kernel, into out when given (x's
+    shape), or None: no faster kernel here, or not for x's dtype or layout (NumPy's runs)."""
+    return None
+
+
+def gelu_grad(g, x, out=None):
+    """g * GELU'(x) (numerics.gelu_grad) computed by a faster kernel, or None (NumPy's runs)."""
     return None
