@@ -8,6 +8,7 @@ NumPy computing, right, when no compiler exists or it fails.
 
 import math
 import os
+import platform
 import subprocess
 import sys
 import textwrap
@@ -33,6 +34,8 @@ SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 1e-45, 5.
 
 @pytest.fixture(scope="module")
 def lib():
+    native.install()  # (idempotent: importing ember binds stand-ins that install on first use)
+    assert kernels.conv2d is native.conv2d
     return native.load()
 
 
@@ -191,3 +194,119 @@ def test_ember_native_0_opts_out(tmp_path):
 def test_a_fresh_cache_compiles_and_routes(tmp_path):
     done = run_python(CHECK, tmp_path)
     assert "routed True" in done.stdout and str(tmp_path) in done.stdout
+
+
+# ---- convolutions at stride 1 -------------------------------------------------------------
+# (kernel, padding, dilation): taps in one block, in several (5x5: 25 taps), odd shapes,
+# asymmetric and negative (cropping) padding
+CONV_GEOMETRIES = [
+    ((3, 3), ((0, 0), (0, 0)), (1, 1)),
+    ((3, 3), ((1, 1), (1, 1)), (1, 1)),
+    ((5, 5), ((2, 1), (0, 3)), (1, 1)),
+    ((2, 3), ((1, 0), (2, 2)), (2, 1)),
+    ((3, 3), ((-1, 2), (1, -1)), (1, 2)),
+    ((1, 1), ((0, 0), (1, 0)), (1, 1)),
+]
+NUMPY_CONV = {name: native._NUMPY[name]
+              for name in ("conv2d", "conv_transpose2d", "conv2d_weight")}
+
+
+def numpy_path(monkeypatch, fn, *args):
+    with monkeypatch.context() as m:
+        for name, numpy_one in NUMPY_CONV.items():
+            m.setattr(kernels, name, numpy_one)
+        return fn(*args)
+
+
+def conv_ops(x, w, b, g, kernel, padding, dilation):
+    from ember.ops import nn as N
+    attrs = dict(stride=(1, 1), padding=padding, dilation=dilation, groups=1)
+    y = N._conv2d_np(x, w, b, **attrs)
+    back = N._input_padding(x.shape[2:], kernel, (1, 1), padding, dilation)
+    dx = N._conv_transpose2d_np(g, w, (1, 1), back, dilation, 1)
+    dw = N._conv2d_weight_np(x, g, kernel, **attrs)
+    return y, dx, dw
+
+
+def conv_case(n, c, o, hw, kernel, padding, dilation, seed=0):
+    from ember.ops import nn as N
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c) + hw).astype(np.float32)
+    w = rng.standard_normal((o, c) + kernel).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    oh, ow = N._window_out("t", hw, kernel, (1, 1), padding, dilation, x.shape)
+    g = rng.standard_normal((n, o, oh, ow)).astype(np.float32)
+    return x, w, b, g
+
+
+@needs_cc
+@pytest.mark.parametrize("kernel, padding, dilation", CONV_GEOMETRIES)
+@pytest.mark.parametrize("n, c, o", [(1, 1, 1), (3, 5, 13), (7, 16, 24)])
+def test_convolutions_match_numpy(lib, monkeypatch, n, c, o, kernel, padding, dilation):
+    # every image count splits over threads here (in use, only large convolutions do)
+    monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
+    x, w, b, g = conv_case(n, c, o, (11, 9), kernel, padding, dilation)
+    got = conv_ops(x, w, b, g, kernel, padding, dilation)
+    want = numpy_path(monkeypatch, conv_ops, x, w, b, g, kernel, padding, dilation)
+    for what, a, e in zip(("conv2d", "conv_transpose2d", "conv2d_weight"), got, want):
+        assert a.shape == e.shape and a.dtype == e.dtype and a.flags.c_contiguous, what
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * max(1, np.abs(e).max()),
+                                   err_msg=what)
+
+
+@needs_cc
+def test_convolutions_take_the_native_path(lib, monkeypatch):
+    """What the MNIST model runs goes to C (and what the kernels leave, to NumPy)."""
+    x, w, b, g = conv_case(4, 8, 16, (26, 26), (3, 3), ((0, 0), (0, 0)), (1, 1))
+    z = ((0, 0), (0, 0))
+    assert native.conv2d(x, w, b, (1, 1), z, (1, 1), 1, (24, 24)) is not None
+    assert native.conv_transpose2d(g, w, (1, 1), z, (1, 1), 1, (26, 26)) is not None
+    assert native.conv2d_weight(x, g, (3, 3), (1, 1), z, (1, 1), 1) is not None
+    assert native.conv2d(x, w, b, (2, 2), z, (1, 1), 1, (12, 12)) is None  # stride 2
+    assert native.conv2d(x, w[:, :4], b, (1, 1), z, (1, 1), 2, (24, 24)) is None  # groups
+    assert native.conv2d(x.astype(np.float64), w, b, (1, 1), z, (1, 1), 1, (24, 24)) is None
+    assert native.conv2d_weight(x, g[..., :1, :1], (1, 1), (1, 1), z, (1, 1), 1) is None
+    inf_w = w.copy()
+    inf_w[0, 0, 0, 0] = np.inf
+    assert native.conv_transpose2d(g, inf_w, (1, 1), z, (1, 1), 1, (26, 26)) is None
+
+
+@needs_cc
+def test_non_finite_values_stay_where_they_belong(lib, monkeypatch):
+    """Tiles compute past a plane's end (thrown away) and the weight gradient masks its last
+    vector: a NaN or inf in one image or channel reaches only what NumPy's path reaches."""
+    monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
+    kernel, padding, dilation = (3, 3), ((1, 1), (1, 1)), (1, 1)
+    x, w, b, g = conv_case(3, 4, 5, (9, 10), kernel, padding, dilation)
+    x[1, 2, 0, 0] = np.inf
+    x[2, 0, 8, 9] = np.nan
+    g[0, 4, 0, 0] = np.inf
+    with np.errstate(all="ignore"):
+        got = conv_ops(x, w, b, g, kernel, padding, dilation)
+        want = numpy_path(monkeypatch, conv_ops, x, w, b, g, kernel, padding, dilation)
+    for what, a, e in zip(("conv2d", "conv_transpose2d", "conv2d_weight"), got, want):
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(e), err_msg=what)
+        np.testing.assert_array_equal(np.isinf(a), np.isinf(e), err_msg=what)
+        finite = np.isfinite(e)
+        np.testing.assert_allclose(a[finite], e[finite], rtol=1e-4, atol=1e-3, err_msg=what)
+
+
+@needs_cc
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 targets")
+@pytest.mark.parametrize("target", ["x86-64", "haswell"])
+def test_other_vector_widths_agree(monkeypatch, tmp_path, target):
+    """kernels.c picks its vector width and register tiles from the target (AVX-512, AVX,
+    SSE): the builds for the other targets this CPU also runs give the same results."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    other = native.open_library(native.build(tune=(f"-march={target}",)))
+    assert other.vector == {"x86-64": 4, "haswell": 8}[target]
+    monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
+    kernel, padding, dilation = (3, 3), ((1, 0), (2, 1)), (1, 1)
+    x, w, b, g = conv_case(3, 6, 10, (12, 13), kernel, padding, dilation)
+    want = conv_ops(x, w, b, g, kernel, padding, dilation)
+    monkeypatch.setattr(native, "_lib", other)
+    got = conv_ops(x, w, b, g, kernel, padding, dilation)
+    y = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
+    np.testing.assert_allclose(native.gelu(y), numpy_gelu(y), rtol=2e-5, atol=2e-6)
+    for a, e in zip(got, want):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())

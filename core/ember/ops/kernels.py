@@ -22,6 +22,18 @@ def conv2d(x, w, b, stride, padding, dilation, groups, out_hw):
     return None
 
 
+def conv_transpose2d(x, w, stride, padding, dilation, groups, out_hw):
+    """conv_transpose2d's result computed by a faster kernel in one call, or None (the NumPy
+    implementation in ops/nn.py runs)."""
+    return None
+
+
+def conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
+    """conv2d_weight's result (conv2d's gradient in its weight) computed by a faster kernel, or
+    None (the NumPy implementation in ops/nn.py runs)."""
+    return None
+
+
 # copyto(dst, src): np.copyto for a C-contiguous dst; the convolutions' im2col copies their
 # window view (a 6-D strided view of the input) with it
 copyto = np.copyto

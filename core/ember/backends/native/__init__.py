@@ -2,7 +2,11 @@
 
 NumPy's BLAS makes GEMMs fast natively, but an elementwise chain such as GELU (erf's rational
 fit: ~14 NumPy passes forward, ~9 backward) streams every activation through memory once per
-pass. kernels.c computes each in one pass. It is compiled on first use with the host's C
+pass, and a convolution as im2col + GEMM writes and reads its columns (9x its input for a 3x3
+kernel). kernels.c computes GELU in one pass, and convolutions at stride 1 (conv2d, its input
+gradient conv_transpose2d, its weight gradient conv2d_weight) directly from the padded input,
+vectorized along the flattened pixels, on all cores (a thread per slice of the batch: ctypes
+releases the GIL). It is compiled on first use with the host's C
 compiler ($CC, else cc, gcc or clang on PATH) at -O3 for this CPU, and the shared library is
 cached in $XDG_CACHE_HOME/ember/native (~/.cache/ember/native), keyed by the source, the
 compiler, the flags and the CPU, so a process pays for compiling once per machine (~1 s) and
@@ -24,6 +28,7 @@ import subprocess
 import tempfile
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -32,12 +37,17 @@ from ...ops import kernels, numerics
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "kernels.c"
-# -nostdlib: kernels.c calls nothing, so only a compiler and a linker are needed;
-# -fopenmp-simd: its `omp simd` loops (no OpenMP runtime); -march=native is dropped if refused
-FLAGS = ("-O3", "-std=c11", "-fPIC", "-shared", "-nostdlib", "-fopenmp-simd")
+# -nostdlib: kernels.c calls nothing, so only a compiler and a linker are needed (-fno-builtin,
+# and GCC's -fno-tree-loop-distribute-patterns, keep the optimiser from turning its loops into
+# calls of memset/memcpy); -fopenmp-simd: its `omp simd` loops (no OpenMP runtime);
+# -ffp-contract=fast: fused multiply-adds (ISO C modes turn them off). The flags are tried
+# from the fullest down: the GCC-only one (clang refuses it), then -march=native.
+FLAGS = ("-O3", "-std=c11", "-ffp-contract=fast", "-fPIC", "-shared", "-nostdlib",
+         "-fno-builtin", "-fopenmp-simd")
+GCC_ONLY = ("-fno-tree-loop-distribute-patterns",)
 TUNE = ("-march=native",)
 
-_ROUTED = ("gelu", "gelu_grad")
+_ROUTED = ("gelu", "gelu_grad", "conv2d", "conv_transpose2d", "conv2d_weight")
 _NUMPY = {name: getattr(kernels, name) for name in _ROUTED}
 _F32 = np.dtype(np.float32)
 _PQ = np.ascontiguousarray(numerics._GELU_F32_PQ, dtype=np.float32).reshape(-1)
@@ -72,9 +82,10 @@ def _cpu():
         return platform.processor()
 
 
-def build(cc=None):
+def build(cc=None, tune=TUNE):
     """Path of the compiled kernels, compiling them unless the cache has them. Raises OSError
-    (no compiler, or it failed: its message included)."""
+    (no compiler, or it failed: its message included). `tune`: the flags tried first (then
+    none: the compiler's generic target)."""
     cc = cc or compiler()
     if cc is None:
         raise OSError("no C compiler found (set CC, or install cc/gcc/clang)")
@@ -85,7 +96,7 @@ def build(cc=None):
     except OSError as e:
         raise OSError(f"C compiler {cc[0]!r} not found: {e}") from None
     key = hashlib.sha256("\0".join([
-        SOURCE.read_text(), " ".join(cc[1:]), who, " ".join(FLAGS + TUNE),
+        SOURCE.read_text(), " ".join(cc[1:]), who, " ".join(FLAGS + GCC_ONLY + tune),
         platform.machine(), _cpu()]).encode()).hexdigest()[:20]
     folder = cache_dir()
     try:
@@ -101,7 +112,7 @@ def build(cc=None):
     os.close(fd)
     try:
         errors = []
-        for flags in (FLAGS + TUNE, FLAGS):
+        for flags in (FLAGS + GCC_ONLY + tune, FLAGS + tune, FLAGS):
             run = subprocess.run([*cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
                                  text=True)
             if run.returncode == 0:
@@ -121,14 +132,40 @@ def load():
         if _lib is not None:
             return _lib
         path = build()
+        _lib, _status = open_library(path), f"loaded {path}"
+        return _lib
+
+
+_P, _I, _I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+_SIGNATURES = {
+    "gelu_f32": (_P, _P, _I64, _P),
+    "gelu_grad_f32": (_P, _P, _P, _I64, _P),
+    "conv2d_f32": (_P, _I, _I, _I, _I, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I,
+                   _P),
+    "conv2d_weight_f32": (_P, _I, _I, _I, _P, _I, _I, _I, _I, _I, _I, _I, _P, _I, _P, _I, _I,
+                          _P),
+}
+
+
+class Library:
+    """A loaded build of kernels.c: its functions, typed, and its tile sizes."""
+
+    def __init__(self, path):
+        self.path = path
         lib = ctypes.CDLL(str(path))
-        ptr, i64 = ctypes.c_void_p, ctypes.c_longlong
-        lib.gelu_f32.argtypes = (ptr, ptr, i64, ptr)
-        lib.gelu_grad_f32.argtypes = (ptr, ptr, ptr, i64, ptr)
-        for fn in (lib.gelu_f32, lib.gelu_grad_f32):
-            fn.restype = None
-        _lib, _status = lib, f"loaded {path}"
-        return lib
+        for name, argtypes in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, None
+            setattr(self, name, fn)
+        self.tile, self.block, self.vector = (lib.conv_tile_pixels(), lib.conv_tile_channels(),
+                                              lib.conv_vector())
+        self.conv2d_scratch = lib.conv2d_scratch
+        self.conv2d_scratch.argtypes = (_I,) * 7
+        self.conv2d_scratch.restype = _I64
+
+
+def open_library(path):
+    return Library(path)
 
 
 def status():
@@ -195,6 +232,127 @@ def gelu_grad(g, x, out=None):
         out = np.empty(x.shape, _F32)
     _lib.gelu_grad_f32(g.ctypes.data, x.ctypes.data, out.ctypes.data, x.size, _PQ.ctypes.data)
     return out
+
+
+# ---- convolutions at stride 1 (kernels.c: on the grid) --------------------------------------
+try:
+    THREADS = max(1, min(8, len(os.sched_getaffinity(0))))
+except AttributeError:  # not Linux
+    THREADS = max(1, min(8, os.cpu_count() or 1))
+_pool = None
+# below this many multiply-adds a convolution runs on one thread (a hand-off costs ~50 us)
+MIN_PARALLEL_MACS = 1 << 20
+
+
+def _parts(n, macs):
+    """Into how many parts (threads) to cut a batch of n images costing `macs`."""
+    return min(THREADS, n) if macs >= MIN_PARALLEL_MACS else 1
+
+
+def _parallel(fn, n, k):
+    """fn(part, i0, i1) over the images [0, n) cut into k parts, run at once (the calling
+    thread takes part 0)."""
+    global _pool
+    bounds = [n * i // k for i in range(k + 1)]
+    if k > 1 and _pool is None:
+        _pool = ThreadPoolExecutor(THREADS - 1, thread_name_prefix="ember-native")
+    futures = [_pool.submit(fn, i, bounds[i], bounds[i + 1]) for i in range(1, k)]
+    fn(0, bounds[0], bounds[1])
+    for f in futures:
+        f.result()
+
+
+class _Geometry:
+    """A stride-1 convolution's grid (kernels.c): x [N, C, H, W] (C-contiguous, cropped where
+    the padding is negative) padded by (top, left) into hp x wp planes, the taps' offsets on
+    them (int32), and the per-thread scratch the kernels pad an image into."""
+
+    def __init__(self, lib, x, padding, kernel, dilation, out_hw, o):
+        (kh, kw), (dh, dw), (oh, ow) = kernel, dilation, out_hw
+        (top, _), (left, _) = padding
+        self.hp, self.wp = oh + dh * (kh - 1), ow + dw * (kw - 1)
+        self.x = np.ascontiguousarray(x[:, :, max(-top, 0):, max(-left, 0):])
+        self.top, self.left = max(top, 0), max(left, 0)
+        self.off = np.array([i * dh * self.wp + j * dw for i in range(kh) for j in range(kw)],
+                            np.int32)
+        self.scratch = lib.conv2d_scratch(x.shape[1], self.hp, self.wp, int(self.off[-1]), o,
+                                          oh, ow)
+
+    def args(self):
+        """kernels.c's (x, c, h, w, top, left, hp, wp) arguments."""
+        n, c, h, w = self.x.shape
+        return (self.x.ctypes.data, c, h, w, self.top, self.left, self.hp, self.wp)
+
+    def scratches(self, parts):
+        return np.empty((parts, self.scratch), _F32)
+
+
+def _conv(lib, x, w, b, padding, dilation, out_hw):
+    """The stride-1 convolution of x with w [O, C, KH, KW] (+ b): [N, O, OH, OW]."""
+    n, c = x.shape[:2]
+    o, _, kh, kw = w.shape
+    t, ob = kh * kw, lib.block
+    geo = _Geometry(lib, x, padding, (kh, kw), dilation, out_hw, o)
+    blocks = -(-o // ob)
+    wpk = np.zeros((blocks * ob, c, t), _F32)  # [O/OB][C][T][OB]: the tile's weights in a row
+    wpk[:o] = w.reshape(o, c, t)
+    wpk = np.ascontiguousarray(wpk.reshape(blocks, ob, c, t).transpose(0, 2, 3, 1))
+    bias = None
+    if b is not None:
+        bias = np.zeros(blocks * ob, _F32)
+        bias[:o] = b
+    out = np.empty((n, o) + tuple(out_hw), _F32)
+    parts = _parts(n, n * o * c * t * out_hw[0] * geo.wp)
+    scratch = geo.scratches(parts)
+    args = geo.args() + (wpk.ctypes.data, None if bias is None else bias.ctypes.data,
+                         geo.off.ctypes.data, t, out.ctypes.data, o) + tuple(out_hw)
+    _parallel(lambda i, i0, i1: lib.conv2d_f32(*args, i0, i1, scratch[i].ctypes.data), n, parts)
+    return out
+
+
+def _takes(stride, groups, *arrays):
+    return stride == (1, 1) and groups == 1 and all(
+        a.dtype == _F32 and a.size for a in arrays)
+
+
+def conv2d(x, w, b, stride, padding, dilation, groups, out_hw):
+    if not _takes(stride, groups, x, w, *(() if b is None else (b,))):
+        return None
+    return _conv(_lib, x, w, b, padding, dilation, out_hw)
+
+
+def conv_transpose2d(x, w, stride, padding, dilation, groups, out_hw):
+    """At stride 1, conv2d of x padded by d (k - 1) - padding with the kernel flipped and its
+    two channel axes swapped (when that padding is not negative). A weight that is not finite
+    would meet the padding's zeros (inf x 0: NaN where the scatter-add has no product at all):
+    NumPy's general path takes it."""
+    if not _takes(stride, groups, x, w) or not np.isfinite(w).all():
+        return None
+    kh, kw = w.shape[2:]
+    pad = tuple((d * (k - 1) - a, d * (k - 1) - z)
+                for d, k, (a, z) in zip(dilation, (kh, kw), padding))
+    if min(min(p) for p in pad) < 0:
+        return None
+    flipped = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
+    return _conv(_lib, x, flipped, None, pad, dilation, out_hw)
+
+
+def conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
+    kh, kw = kernel
+    if not _takes(stride, groups, x, g) or kh * kw < 4:  # (1x1: a plain GEMM, BLAS's)
+        return None
+    lib, t = _lib, kh * kw
+    n, c = x.shape[:2]
+    o, oh, ow = g.shape[1:]
+    geo = _Geometry(lib, x, padding, kernel, dilation, (oh, ow), o)
+    g = np.ascontiguousarray(g)
+    parts = _parts(n, n * o * c * t * oh * geo.wp)
+    scratch = geo.scratches(parts)
+    sums = np.zeros((parts, o, c, t, lib.vector), _F32)
+    args = (g.ctypes.data, o, oh, ow) + geo.args() + (geo.off.ctypes.data, t)
+    _parallel(lambda i, i0, i1: lib.conv2d_weight_f32(
+        *args, sums[i].ctypes.data, i0, i1, scratch[i].ctypes.data), n, parts)
+    return sums.sum(axis=(0, 4), dtype=_F32).reshape(o, c, kh, kw)
 
 
 __all__ = ["build", "cache_dir", "compiler", "install", "install_on_first_use", "load",
