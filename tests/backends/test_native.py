@@ -310,3 +310,48 @@ def test_other_vector_widths_agree(monkeypatch, tmp_path, target):
     np.testing.assert_allclose(native.gelu(y), numpy_gelu(y), rtol=2e-5, atol=2e-6)
     for a, e in zip(got, want):
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+
+
+# ---- GEMMs over the pool, OpenBLAS single-threaded ------------------------------------------
+@needs_cc
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((64, 300), (300, 32)),       # rows of a split
+    ((24, 144), (5, 144, 530)),   # columns of b split, b batched, a broadcast
+    ((3, 1, 40, 7), (2, 7, 9)),   # both batched, broadcast
+    ((2, 3), (3, 2)),             # too small: whole
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matmul_parts_match_numpy(lib, monkeypatch, a_shape, b_shape, dtype):
+    monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
+    monkeypatch.setattr(native, "THREADS", 3)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(a_shape).astype(dtype)
+    b = rng.standard_normal(b_shape).astype(dtype)
+    got, want = native.matmul(a, b), np.matmul(a, b)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    t = native.matmul(b.swapaxes(-1, -2), a.swapaxes(-1, -2))  # transposed (F-order) views
+    np.testing.assert_allclose(t, np.matmul(b.swapaxes(-1, -2), a.swapaxes(-1, -2)),
+                               rtol=1e-5, atol=1e-5)
+    ints = native.matmul(a.astype(np.int32), b.astype(np.int32))  # not BLAS: NumPy whole
+    np.testing.assert_array_equal(ints, np.matmul(a.astype(np.int32), b.astype(np.int32)))
+    with pytest.raises(ValueError):
+        native.matmul(a, b[..., :-1, :])  # NumPy's own error for a mismatch
+
+
+@needs_cc
+@pytest.mark.skipif(sys.platform != "linux", reason="finds OpenBLAS through /proc")
+def test_openblas_runs_single_threaded_while_installed(lib):
+    blas = native._openblas()
+    if blas is None:
+        assert os.environ.get("CI") != "true", "NumPy's OpenBLAS not found"
+        pytest.skip("this NumPy has no OpenBLAS")
+    set_threads, get_threads = blas
+    assert get_threads() == 1  # installed (the lib fixture)
+    before = native._blas_threads
+    native.uninstall()
+    try:
+        assert get_threads() == before
+    finally:
+        native.install()
+    assert get_threads() == 1

@@ -88,3 +88,9 @@ def gelu(x, out=None):
 def gelu_grad(g, x, out=None):
     """g * GELU'(x) (numerics.gelu_grad) computed by a faster kernel, or None (NumPy's runs)."""
     return None
+
+
+# Each name's own binding here (NumPy's, or "no faster kernel"), taken before any backend
+# rebinds one: what a backend's uninstall() restores.
+NUMPY = {name: value for name, value in list(globals().items())
+         if callable(value) and not name.startswith("_")}

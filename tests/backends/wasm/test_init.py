@@ -15,8 +15,19 @@ from ember.ops import kernels
 as_strided = np.lib.stride_tricks.as_strided
 
 
-def test_natively_numpy_keeps_the_gemm():
-    assert kernels.matmul is np.matmul
+@pytest.fixture(autouse=True)
+def kernels_restored():
+    """These tests install and uninstall the module (with stand-in loaders): afterwards
+    ops.kernels is bound as before (natively, possibly to backends/native)."""
+    before = {name: getattr(kernels, name) for name in kernels.NUMPY}
+    yield
+    for name, value in before.items():
+        setattr(kernels, name, value)
+
+
+def test_natively_the_gemm_is_not_webassembly():
+    # NumPy's, or natively compiled C's pool (backends/native), never this module's
+    assert kernels.matmul is not wasm.matmul
     assert wasm.variant() is None
 
 

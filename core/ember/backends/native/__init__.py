@@ -6,12 +6,20 @@ pass, and a convolution as im2col + GEMM writes and reads its columns (9x its in
 kernel). kernels.c computes GELU in one pass, and convolutions at stride 1 (conv2d, its input
 gradient conv_transpose2d, its weight gradient conv2d_weight) directly from the padded input,
 vectorized along the flattened pixels, on all cores (a thread per slice of the batch: ctypes
-releases the GIL). It is compiled on first use with the host's C
-compiler ($CC, else cc, gcc or clang on PATH) at -O3 for this CPU, and the shared library is
-cached in $XDG_CACHE_HOME/ember/native (~/.cache/ember/native), keyed by the source, the
-compiler, the flags and the CPU, so a process pays for compiling once per machine (~1 s) and
-then only a lookup. The wheel stays pure Python: no compiler (or EMBER_NATIVE=0 in the
-environment) means NumPy computes everything, as before; a compiler that fails warns once.
+releases the GIL).
+
+kernels.c is compiled on first use with the host's C compiler ($CC, else cc, gcc or clang on
+PATH) at -O3 for this CPU, and the shared library is cached in $XDG_CACHE_HOME/ember/native
+(~/.cache/ember/native), keyed by the source, the compiler, the flags and the CPU, so a process
+pays for compiling once per machine (~0.3-1 s) and then only a lookup. The wheel stays pure
+Python: no compiler (or EMBER_NATIVE=0 in the environment) means NumPy computes everything, as
+before; a compiler that fails warns once.
+
+The cores are ember's thread pool's: OpenBLAS's idle worker threads busy-wait for ~0.1 s after
+every BLAS call, and in a training step (a GEMM every few ms) they kept a core spinning, so a
+convolution split over two threads ran at the speed of one (measured). install() therefore asks
+NumPy's OpenBLAS to run single-threaded, and large GEMMs are split over the pool instead
+(`matmul`); uninstall() gives OpenBLAS its threads back.
 
 Like the WebAssembly kernels inside Pyodide (backends/wasm), this rebinds names of
 ember.ops.kernels, which the op table's NumPy implementations call; `status()` says what is in
@@ -19,9 +27,12 @@ use and why.
 """
 
 import ctypes
+import functools
 import hashlib
+import math
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -47,8 +58,8 @@ FLAGS = ("-O3", "-std=c11", "-ffp-contract=fast", "-fPIC", "-shared", "-nostdlib
 GCC_ONLY = ("-fno-tree-loop-distribute-patterns",)
 TUNE = ("-march=native",)
 
-_ROUTED = ("gelu", "gelu_grad", "conv2d", "conv_transpose2d", "conv2d_weight")
-_NUMPY = {name: getattr(kernels, name) for name in _ROUTED}
+_ROUTED = ("gelu", "gelu_grad", "conv2d", "conv_transpose2d", "conv2d_weight", "matmul")
+_NUMPY = {name: kernels.NUMPY[name] for name in _ROUTED}
 _F32 = np.dtype(np.float32)
 _PQ = np.ascontiguousarray(numerics._GELU_F32_PQ, dtype=np.float32).reshape(-1)
 _lock = threading.Lock()
@@ -176,16 +187,56 @@ def status():
 
 
 def install():
-    """Route GELU and its gradient (float32) to the native kernels. Raises OSError when they do
-    not load (no compiler, or it failed)."""
+    """Route GELU, stride-1 convolutions and GEMMs to the native kernels and ember's threads
+    (OpenBLAS single-threaded). Raises OSError when the kernels do not load (no compiler, or
+    it failed)."""
+    global _blas_threads
     load()
     for name in _ROUTED:
         setattr(kernels, name, globals()[name])
+    blas = _openblas()
+    if blas is not None and _blas_threads is None:
+        _blas_threads = blas[1]()
+        blas[0](1)
 
 
 def uninstall():
+    global _blas_threads
     for name, numpy_one in _NUMPY.items():
         setattr(kernels, name, numpy_one)
+    blas = _openblas()
+    if blas is not None and _blas_threads is not None:
+        blas[0](_blas_threads)
+        _blas_threads = None
+
+
+_blas_threads = None  # OpenBLAS's thread count before install() set it to 1
+_BLAS_NAMES = ("openblas", "scipy_openblas")  # NumPy's wheels: scipy_openblas(64_)
+
+
+@functools.cache
+def _openblas():
+    """(set_num_threads, get_num_threads) of the OpenBLAS this process loaded (NumPy's), or
+    None: another BLAS, or a system without /proc to find it through."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", f.read())))
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix in _BLAS_NAMES:
+            for suffix in ("", "64_"):
+                setter = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                getter = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                if setter is not None and getter is not None:
+                    setter.argtypes, setter.restype = (ctypes.c_int,), None
+                    getter.argtypes, getter.restype = (), ctypes.c_int
+                    return setter, getter
+    return None
 
 
 def install_on_first_use():
@@ -307,6 +358,33 @@ def _conv(lib, x, w, b, padding, dilation, out_hw):
     args = geo.args() + (wpk.ctypes.data, None if bias is None else bias.ctypes.data,
                          geo.off.ctypes.data, t, out.ctypes.data, o) + tuple(out_hw)
     _parallel(lambda i, i0, i1: lib.conv2d_f32(*args, i0, i1, scratch[i].ctypes.data), n, parts)
+    return out
+
+
+# below this many multiply-adds a GEMM stays whole (single-threaded BLAS: ~80 us)
+MIN_PARALLEL_GEMM = 1 << 22
+_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def matmul(a, b):
+    """np.matmul, a large float GEMM split over the pool: the rows of a (or, when b has more
+    columns, the columns of b), each part one single-threaded BLAS call into its slice of the
+    result."""
+    if a.ndim < 2 or b.ndim < 2 or THREADS == 1 or a.dtype != b.dtype or (
+            a.dtype not in _BLAS_DTYPES):
+        return np.matmul(a, b)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if math.prod(batch) * m * n * k < MIN_PARALLEL_GEMM or b.shape[-2] != k:
+        return np.matmul(a, b)  # (a mismatch: NumPy's own error)
+    out = np.empty(batch + (m, n), a.dtype)
+    if m >= n:
+        def part(_, i0, i1):
+            np.matmul(a[..., i0:i1, :], b, out=out[..., i0:i1, :])
+    else:
+        def part(_, i0, i1):
+            np.matmul(a, b[..., i0:i1], out=out[..., i0:i1])
+    _parallel(part, max(m, n), min(THREADS, max(m, n)))
     return out
 
 

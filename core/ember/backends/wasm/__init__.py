@@ -67,7 +67,7 @@ _BYTE = ctypes.c_byte
 # they are bound to before: NumPy's, or "no faster kernel here" (uninstall restores them)
 _ROUTED = ("matmul", "conv2d", "copyto", "max_pool2d_indices", "max_pool2d", "take", "where",
            "compare", "relu", "add", "multiply")
-_NUMPY = {name: getattr(kernels, name) for name in _ROUTED}
+_NUMPY = {name: kernels.NUMPY[name] for name in _ROUTED}
 _BOOL = np.dtype(np.bool_)
 _I32 = np.dtype(np.int32)
 _lib = None        # the loaded ctypes.CDLL, or None
