@@ -355,3 +355,24 @@ def test_openblas_runs_single_threaded_while_installed(lib):
     finally:
         native.install()
     assert get_threads() == 1
+
+
+@needs_cc
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_gets_a_pool_of_its_own(lib, monkeypatch):
+    """A child forked after the pool started has none of its threads: work handed to them
+    would never run. The child starts a pool of its own (os.register_at_fork)."""
+    import signal
+    monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
+    monkeypatch.setattr(native, "THREADS", 2)
+    a = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
+    native.matmul(a, a)  # the pool's threads start here
+    pid = os.fork()
+    if pid == 0:  # the child: killed by the alarm if the work never runs
+        signal.alarm(20)
+        try:
+            os._exit(0 if np.allclose(native.matmul(a, a), a @ a, atol=1e-4) else 1)
+        except BaseException:
+            os._exit(2)
+    _, code = os.waitpid(pid, 0)
+    assert os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0, code

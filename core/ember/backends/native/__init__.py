@@ -186,30 +186,6 @@ def status():
     return _status
 
 
-def install():
-    """Route GELU, stride-1 convolutions and GEMMs to the native kernels and ember's threads
-    (OpenBLAS single-threaded). Raises OSError when the kernels do not load (no compiler, or
-    it failed)."""
-    global _blas_threads
-    load()
-    for name in _ROUTED:
-        setattr(kernels, name, globals()[name])
-    blas = _openblas()
-    if blas is not None and _blas_threads is None:
-        _blas_threads = blas[1]()
-        blas[0](1)
-
-
-def uninstall():
-    global _blas_threads
-    for name, numpy_one in _NUMPY.items():
-        setattr(kernels, name, numpy_one)
-    blas = _openblas()
-    if blas is not None and _blas_threads is not None:
-        blas[0](_blas_threads)
-        _blas_threads = None
-
-
 _blas_threads = None  # OpenBLAS's thread count before install() set it to 1
 _BLAS_NAMES = ("openblas", "scipy_openblas")  # NumPy's wheels: scipy_openblas(64_)
 
@@ -239,6 +215,30 @@ def _openblas():
     return None
 
 
+def install():
+    """Route GELU, stride-1 convolutions and GEMMs to the native kernels and ember's threads
+    (OpenBLAS single-threaded). Raises OSError when the kernels do not load (no compiler, or
+    it failed)."""
+    global _blas_threads
+    load()
+    for name in _ROUTED:
+        setattr(kernels, name, globals()[name])
+    blas = _openblas()
+    if blas is not None and _blas_threads is None:
+        _blas_threads = blas[1]()
+        blas[0](1)
+
+
+def uninstall():
+    global _blas_threads
+    for name, numpy_one in _NUMPY.items():
+        setattr(kernels, name, numpy_one)
+    blas = _openblas()
+    if blas is not None and _blas_threads is not None:
+        blas[0](_blas_threads)
+        _blas_threads = None
+
+
 def install_on_first_use():
     """Route to the kernels from the first call of a routed name on: each name is bound to a
     stand-in that installs the kernels (compiling them if this machine has none cached) and
@@ -262,6 +262,71 @@ def install_on_first_use():
         setattr(kernels, name, stand_in(name))
 
 
+# ---- threads: a pool of a thread per core (the GEMMs' too: OpenBLAS is single-threaded) ----
+try:
+    THREADS = max(1, min(8, len(os.sched_getaffinity(0))))
+except AttributeError:  # not Linux
+    THREADS = max(1, min(8, os.cpu_count() or 1))
+_pool = None
+# below this many multiply-adds a convolution runs on one thread (a hand-off costs ~50 us)
+MIN_PARALLEL_MACS = 1 << 20
+
+
+def _parts(n, macs):
+    """Into how many parts (threads) to cut a batch of n images costing `macs`."""
+    return min(THREADS, n) if macs >= MIN_PARALLEL_MACS else 1
+
+
+def _parallel(fn, n, k):
+    """fn(part, i0, i1) over [0, n) (images, rows) cut into k parts, run at once (the calling
+    thread takes part 0)."""
+    global _pool
+    bounds = [n * i // k for i in range(k + 1)]
+    if k > 1 and _pool is None:
+        _pool = ThreadPoolExecutor(THREADS - 1, thread_name_prefix="ember-native")
+    futures = [_pool.submit(fn, i, bounds[i], bounds[i + 1]) for i in range(1, k)]
+    fn(0, bounds[0], bounds[1])
+    for f in futures:
+        f.result()
+
+
+def _forget_pool():  # a forked child has none of the pool's threads: it starts its own
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+# below this many multiply-adds a GEMM stays whole (single-threaded BLAS: ~80 us)
+MIN_PARALLEL_GEMM = 1 << 22
+_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def matmul(a, b):
+    """np.matmul, a large float GEMM split over the pool: the rows of a (or, when b has more
+    columns, the columns of b), each part one single-threaded BLAS call into its slice of the
+    result."""
+    if a.ndim < 2 or b.ndim < 2 or THREADS == 1 or a.dtype != b.dtype or (
+            a.dtype not in _BLAS_DTYPES):
+        return np.matmul(a, b)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if math.prod(batch) * m * n * k < MIN_PARALLEL_GEMM or b.shape[-2] != k:
+        return np.matmul(a, b)  # (a mismatch: NumPy's own error)
+    out = np.empty(batch + (m, n), a.dtype)
+    if m >= n:
+        def part(_, i0, i1):
+            np.matmul(a[..., i0:i1, :], b, out=out[..., i0:i1, :])
+    else:
+        def part(_, i0, i1):
+            np.matmul(a, b[..., i0:i1], out=out[..., i0:i1])
+    _parallel(part, max(m, n), min(THREADS, max(m, n)))
+    return out
+
+
+# ---- elementwise ----------------------------------------------------------------------
 def _fits(a):
     return a.dtype == _F32 and a.flags.c_contiguous
 
@@ -286,33 +351,6 @@ def gelu_grad(g, x, out=None):
 
 
 # ---- convolutions at stride 1 (kernels.c: on the grid) --------------------------------------
-try:
-    THREADS = max(1, min(8, len(os.sched_getaffinity(0))))
-except AttributeError:  # not Linux
-    THREADS = max(1, min(8, os.cpu_count() or 1))
-_pool = None
-# below this many multiply-adds a convolution runs on one thread (a hand-off costs ~50 us)
-MIN_PARALLEL_MACS = 1 << 20
-
-
-def _parts(n, macs):
-    """Into how many parts (threads) to cut a batch of n images costing `macs`."""
-    return min(THREADS, n) if macs >= MIN_PARALLEL_MACS else 1
-
-
-def _parallel(fn, n, k):
-    """fn(part, i0, i1) over the images [0, n) cut into k parts, run at once (the calling
-    thread takes part 0)."""
-    global _pool
-    bounds = [n * i // k for i in range(k + 1)]
-    if k > 1 and _pool is None:
-        _pool = ThreadPoolExecutor(THREADS - 1, thread_name_prefix="ember-native")
-    futures = [_pool.submit(fn, i, bounds[i], bounds[i + 1]) for i in range(1, k)]
-    fn(0, bounds[0], bounds[1])
-    for f in futures:
-        f.result()
-
-
 class _Geometry:
     """A stride-1 convolution's grid (kernels.c): x [N, C, H, W] (C-contiguous, cropped where
     the padding is negative) padded by (top, left) into hp x wp planes, the taps' offsets on
@@ -358,33 +396,6 @@ def _conv(lib, x, w, b, padding, dilation, out_hw):
     args = geo.args() + (wpk.ctypes.data, None if bias is None else bias.ctypes.data,
                          geo.off.ctypes.data, t, out.ctypes.data, o) + tuple(out_hw)
     _parallel(lambda i, i0, i1: lib.conv2d_f32(*args, i0, i1, scratch[i].ctypes.data), n, parts)
-    return out
-
-
-# below this many multiply-adds a GEMM stays whole (single-threaded BLAS: ~80 us)
-MIN_PARALLEL_GEMM = 1 << 22
-_BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def matmul(a, b):
-    """np.matmul, a large float GEMM split over the pool: the rows of a (or, when b has more
-    columns, the columns of b), each part one single-threaded BLAS call into its slice of the
-    result."""
-    if a.ndim < 2 or b.ndim < 2 or THREADS == 1 or a.dtype != b.dtype or (
-            a.dtype not in _BLAS_DTYPES):
-        return np.matmul(a, b)
-    (m, k), n = a.shape[-2:], b.shape[-1]
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    if math.prod(batch) * m * n * k < MIN_PARALLEL_GEMM or b.shape[-2] != k:
-        return np.matmul(a, b)  # (a mismatch: NumPy's own error)
-    out = np.empty(batch + (m, n), a.dtype)
-    if m >= n:
-        def part(_, i0, i1):
-            np.matmul(a[..., i0:i1, :], b, out=out[..., i0:i1, :])
-    else:
-        def part(_, i0, i1):
-            np.matmul(a, b[..., i0:i1], out=out[..., i0:i1])
-    _parallel(part, max(m, n), min(THREADS, max(m, n)))
     return out
 
 
