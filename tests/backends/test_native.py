@@ -322,7 +322,7 @@ def test_other_vector_widths_agree(monkeypatch, tmp_path, target):
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_matmul_parts_match_numpy(lib, monkeypatch, a_shape, b_shape, dtype):
-    monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
+    monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
     monkeypatch.setattr(native, "THREADS", 3)
     rng = np.random.default_rng(4)
     a = rng.standard_normal(a_shape).astype(dtype)
@@ -363,7 +363,7 @@ def test_a_forked_child_gets_a_pool_of_its_own(lib, monkeypatch):
     """A child forked after the pool started has none of its threads: work handed to them
     would never run. The child starts a pool of its own (os.register_at_fork)."""
     import signal
-    monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
+    monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
     monkeypatch.setattr(native, "THREADS", 2)
     a = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
     native.matmul(a, a)  # the pool's threads start here

@@ -268,8 +268,9 @@ try:
 except AttributeError:  # not Linux
     THREADS = max(1, min(8, os.cpu_count() or 1))
 _pool = None
-# below this many multiply-adds a convolution runs on one thread (a hand-off costs ~50 us)
-MIN_PARALLEL_MACS = 1 << 20
+# below this many multiply-adds a convolution or GEMM runs on one thread (~80 us of work: the
+# MNIST model's first convolution, 3.4M, ran no faster on two)
+MIN_PARALLEL_MACS = 1 << 22
 
 
 def _parts(n, macs):
@@ -299,8 +300,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-# below this many multiply-adds a GEMM stays whole (single-threaded BLAS: ~80 us)
-MIN_PARALLEL_GEMM = 1 << 22
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -313,7 +312,7 @@ def matmul(a, b):
         return np.matmul(a, b)
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    if math.prod(batch) * m * n * k < MIN_PARALLEL_GEMM or b.shape[-2] != k:
+    if math.prod(batch) * m * n * k < MIN_PARALLEL_MACS or b.shape[-2] != k:
         return np.matmul(a, b)  # (a mismatch: NumPy's own error)
     out = np.empty(batch + (m, n), a.dtype)
     if m >= n:
