@@ -6,8 +6,9 @@ Linear 24*22*22 -> 32 -> GELU -> Dropout(0.5) -> Linear 32 -> 10, cross-entropy.
 - inference: eval mode, batch 1 and 64, NdArray vs torch under no_grad.
 Both sides start from the same weights (PyTorch's state dict loaded into ember with no key
 map) and are checked to compute the same logits before timing. PyTorch runs with as many
-threads as the machine has CPUs, as NumPy's OpenBLAS does by default (ember's GEMMs and
-convolutions; OPENBLAS_NUM_THREADS unset); ember's elementwise NumPy work runs on one thread.
+threads as the machine has CPUs, as does ember's thread pool: its convolutions, GELU and large
+GEMMs run in C kernels compiled on first use (ember.backends.native; the table's header says
+whether they loaded), its other elementwise NumPy work on one thread.
 Without PyTorch the benchmark says so and measures nothing.
 """
 

@@ -211,6 +211,11 @@ def machine_info():
         info["blas"] = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
     except Exception:  # older NumPy or an unusual build: the BLAS name is only a nicety
         info["blas"] = None
+    try:  # whether NdArray's C kernels computed (compiled on first use: after the runs)
+        from ember.backends import native
+        info["native"] = native.status()
+    except ImportError:  # Pyodide: no native kernels
+        info["native"] = None
     return info
 
 
@@ -235,7 +240,10 @@ def main(bench_dir, names=(), json_path=None, repeat=None, quick=False, out=None
             notes += [f"{mod}: {line}" for line in module.summarize(mod_rows)]
     info = machine_info()
     print(f"python {info['python']}, numpy {info['numpy']} ({info['blas']}), ember "
-          f"{info['ember']}, {info['cpus_usable']} CPUs, {info['date']}\n", file=out)
+          f"{info['ember']}, {info['cpus_usable']} CPUs, {info['date']}", file=out)
+    if info.get("native"):
+        print(f"NdArray's native kernels: {info['native']}", file=out)
+    print(file=out)
     print(table(rows), file=out)
     print(f"\nember, reference: medians of {ctx.repeat} interleaved samples (each the mean of "
           "`number` calls); ratio of mins: the fastest samples' ratio.\nRatios are measured "

@@ -341,20 +341,35 @@ def test_matmul_parts_match_numpy(lib, monkeypatch, a_shape, b_shape, dtype):
 
 @needs_cc
 @pytest.mark.skipif(sys.platform != "linux", reason="finds OpenBLAS through /proc")
-def test_openblas_runs_single_threaded_while_installed(lib):
+def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
+    """ember's GEMMs run with OpenBLAS single-threaded (its spinning workers would take the
+    pool's cores); NumPy code outside them keeps OpenBLAS's own thread count."""
     blas = native._openblas()
     if blas is None:
         assert os.environ.get("CI") != "true", "NumPy's OpenBLAS not found"
         pytest.skip("this NumPy has no OpenBLAS")
     set_threads, get_threads = blas
-    assert get_threads() == 1  # installed (the lib fixture)
-    before = native._blas_threads
-    native.uninstall()
+    before = get_threads()
+    set_threads(2)
     try:
-        assert get_threads() == before
+        seen, numpy_matmul = [], np.matmul
+
+        def spy(*args, **kwargs):
+            seen.append(get_threads())
+            return numpy_matmul(*args, **kwargs)
+        monkeypatch.setattr(np, "matmul", spy)
+        monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
+        a = np.ones((64, 64), np.float32)
+        native.matmul(a, a)  # split over the pool
+        monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 1 << 40)
+        native.matmul(a, a)  # whole
+        assert seen and set(seen) == {1}
+        assert get_threads() == 2  # given back
+        with pytest.raises(ValueError):
+            native.matmul(a, a[:3])
+        assert get_threads() == 2  # given back after an error too
     finally:
-        native.install()
-    assert get_threads() == 1
+        set_threads(before)
 
 
 @needs_cc

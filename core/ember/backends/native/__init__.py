@@ -15,11 +15,12 @@ pays for compiling once per machine (~0.3-1 s) and then only a lookup. The wheel
 Python: no compiler (or EMBER_NATIVE=0 in the environment) means NumPy computes everything, as
 before; a compiler that fails warns once.
 
-The cores are ember's thread pool's: OpenBLAS's idle worker threads busy-wait for ~0.1 s after
-every BLAS call, and in a training step (a GEMM every few ms) they kept a core spinning, so a
-convolution split over two threads ran at the speed of one (measured). install() therefore asks
-NumPy's OpenBLAS to run single-threaded, and large GEMMs are split over the pool instead
-(`matmul`); uninstall() gives OpenBLAS its threads back.
+ember's GEMMs run on the same pool: OpenBLAS's idle worker threads busy-wait for ~0.1 s after
+every multi-threaded BLAS call, and in a training step (a GEMM every few ms) they kept a core
+spinning, so a convolution split over two threads ran at the speed of one (measured). So
+`matmul` asks NumPy's OpenBLAS to run single-threaded for the duration of each of ember's
+GEMMs (a large one split over the pool instead) and gives it its thread count back after: its
+workers never get ember's work, and NumPy code outside ember keeps OpenBLAS as it was.
 
 Like the WebAssembly kernels inside Pyodide (backends/wasm), this rebinds names of
 ember.ops.kernels, which the op table's NumPy implementations call; `status()` says what is in
@@ -143,7 +144,8 @@ def load():
         if _lib is not None:
             return _lib
         path = build()
-        _lib, _status = open_library(path), f"loaded {path}"
+        _lib = open_library(path)
+        _status = f"loaded {path} ({_lib.vector}-float vectors, {THREADS} threads)"
         return _lib
 
 
@@ -301,14 +303,45 @@ if hasattr(os, "register_at_fork"):
 
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_blas_lock = threading.Lock()
+_blas_users = 0     # ember's GEMMs running now (any thread)
+_blas_threads = 1   # OpenBLAS's thread count before the first of them set it to 1
+
+
+def _blas_single(enter):
+    """OpenBLAS single-threaded from the first of ember's concurrent GEMMs (enter=True) to the
+    last (enter=False), its own count restored then. No OpenBLAS found: nothing to do."""
+    global _blas_users, _blas_threads
+    blas = _openblas()
+    if blas is None:
+        return
+    with _blas_lock:
+        if enter:
+            if _blas_users == 0:
+                _blas_threads = blas[1]()
+                blas[0](1)
+            _blas_users += 1
+        else:
+            _blas_users -= 1
+            if _blas_users == 0:
+                blas[0](_blas_threads)
 
 
 def matmul(a, b):
-    """np.matmul, a large float GEMM split over the pool: the rows of a (or, when b has more
-    columns, the columns of b), each part one single-threaded BLAS call into its slice of the
-    result."""
-    if a.ndim < 2 or b.ndim < 2 or THREADS == 1 or a.dtype != b.dtype or (
-            a.dtype not in _BLAS_DTYPES):
+    """np.matmul with OpenBLAS single-threaded, a large float GEMM split over the pool: the
+    rows of a (or, when b has more columns, the columns of b), each part one BLAS call into its
+    slice of the result."""
+    if a.dtype not in _BLAS_DTYPES or b.dtype not in _BLAS_DTYPES:
+        return np.matmul(a, b)  # (no BLAS)
+    _blas_single(True)
+    try:
+        return _matmul(a, b)
+    finally:
+        _blas_single(False)
+
+
+def _matmul(a, b):
+    if a.ndim < 2 or b.ndim < 2 or THREADS == 1 or a.dtype != b.dtype:
         return np.matmul(a, b)
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
