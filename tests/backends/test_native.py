@@ -317,7 +317,7 @@ def test_other_vector_widths_agree(monkeypatch, tmp_path, target):
 @pytest.mark.parametrize("a_shape, b_shape", [
     ((64, 300), (300, 32)),       # rows of a split
     ((24, 144), (5, 144, 530)),   # columns of b split, b batched, a broadcast
-    ((3, 1, 40, 7), (2, 7, 9)),   # both batched, broadcast
+    ((3, 1, 64, 64), (2, 64, 70)),  # both batched, broadcast
     ((2, 3), (3, 2)),             # too small: whole
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -360,6 +360,9 @@ def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
         monkeypatch.setattr(np, "matmul", spy)
         monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
         a = np.ones((64, 64), np.float32)
+        native.matmul(a[:8, :8], a[:8, :8])  # small: OpenBLAS's calling thread anyway
+        assert seen == [2]
+        seen.clear()
         native.matmul(a, a)  # split over the pool
         monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 1 << 40)
         native.matmul(a, a)  # whole

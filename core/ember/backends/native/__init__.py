@@ -303,6 +303,9 @@ if hasattr(os, "register_at_fork"):
 
 
 _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# OpenBLAS runs a GEMM of fewer multiply-adds than this on the calling thread itself (its
+# interface/gemm.c: 65536 x GEMM_MULTITHREAD_THRESHOLD 4): no need to set its thread count
+_BLAS_THREADS_FROM = 1 << 18
 _blas_lock = threading.Lock()
 _blas_users = 0     # ember's GEMMs running now (any thread)
 _blas_threads = 1   # OpenBLAS's thread count before the first of them set it to 1
@@ -331,8 +334,9 @@ def matmul(a, b):
     """np.matmul with OpenBLAS single-threaded, a large float GEMM split over the pool: the
     rows of a (or, when b has more columns, the columns of b), each part one BLAS call into its
     slice of the result."""
-    if a.dtype not in _BLAS_DTYPES or b.dtype not in _BLAS_DTYPES:
-        return np.matmul(a, b)  # (no BLAS)
+    if a.dtype not in _BLAS_DTYPES or b.dtype not in _BLAS_DTYPES or a.ndim < 2 or (
+            b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] < _BLAS_THREADS_FROM):
+        return np.matmul(a, b)  # (no BLAS, or one that runs on the calling thread anyway)
     _blas_single(True)
     try:
         return _matmul(a, b)
@@ -341,7 +345,7 @@ def matmul(a, b):
 
 
 def _matmul(a, b):
-    if a.ndim < 2 or b.ndim < 2 or THREADS == 1 or a.dtype != b.dtype:
+    if THREADS == 1 or a.dtype != b.dtype:
         return np.matmul(a, b)
     (m, k), n = a.shape[-2:], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
