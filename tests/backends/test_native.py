@@ -191,6 +191,16 @@ def test_ember_native_0_opts_out(tmp_path):
 
 
 @needs_cc
+def test_a_broken_cached_library_is_built_again(tmp_path):
+    """A cached .so that does not load (cut short, say) is replaced, not fatal forever."""
+    code = CHECK.replace("import numpy as np, ember", "import numpy as np, ember\n"
+                         "from ember.backends import native as n\n"
+                         "n.build().write_bytes(b'not a library')")
+    done = run_python(code, tmp_path)
+    assert "routed True" in done.stdout, done.stdout + done.stderr
+
+
+@needs_cc
 def test_a_fresh_cache_compiles_and_routes(tmp_path):
     done = run_python(CHECK, tmp_path)
     assert "routed True" in done.stdout and str(tmp_path) in done.stdout

@@ -144,7 +144,11 @@ def load():
         if _lib is not None:
             return _lib
         path = build()
-        _lib = open_library(path)
+        try:
+            _lib = open_library(path)
+        except (OSError, AttributeError):  # a cached file that does not load (cut short by a
+            path.unlink(missing_ok=True)   # full disk, say): built again, once
+            _lib = open_library(build())
         _status = f"loaded {path} ({_lib.vector}-float vectors, {THREADS} threads)"
         return _lib
 
