@@ -123,8 +123,8 @@ if sys.platform == "emscripten" and os.environ.get("EMBER_WASM", "1") != "0":
 
     _wasm.install_on_first_use()
 
-# Natively, GELU (an elementwise chain of ~14 NumPy passes) goes to C compiled on first use
-# where the machine has a C compiler (backends/native); EMBER_NATIVE=0 opts out.
+# Natively, stride-1 convolutions and GELU go to C compiled on first use where the machine has
+# a C compiler, on a thread per core (backends/native); EMBER_NATIVE=0 opts out.
 if sys.platform != "emscripten" and os.environ.get("EMBER_NATIVE", "1") != "0":
     from . import native as _native
 

@@ -1,13 +1,13 @@
 """The inner loops the op table's NumPy implementations spend their time in, each behind one
 module-level name, so that a faster implementation can take over where NumPy is slow.
 
-Natively, where NumPy has BLAS, ember.backends.native rebinds the elementwise chains NumPy runs
-as many passes (GELU) to C compiled on first use, when the machine has a C compiler. Inside
-Pyodide, where NumPy has no BLAS and no SIMD (a
-float32 matmul runs at 1-3 GFLOP/s there), ember.backends.wasm rebinds them to WebAssembly SIMD
-kernels for the shapes where those win, and keeps NumPy for the rest. Callers look the name up
-at call time (`kernels.matmul(a, b)`), so a rebinding reaches every caller; ops stay named in
-the op table only.
+Natively, when the machine has a C compiler, ember.backends.native rebinds the stride-1
+convolutions and GELU to C compiled on first use, and matmul to BLAS calls spread over its
+thread pool. Inside Pyodide, where NumPy has no BLAS and no SIMD (a float32 matmul runs at
+1-3 GFLOP/s there), ember.backends.wasm rebinds them to WebAssembly SIMD kernels for the shapes
+where those win, and keeps NumPy for the rest. Callers look the name up at call time
+(`kernels.matmul(a, b)`), so a rebinding reaches every caller; ops stay named in the op table
+only.
 """
 
 import numpy as np

@@ -91,24 +91,17 @@ def _window_out(name, size, kernel, stride, padding, dilation, xs, ws=None):
 
 
 # ---- NumPy helpers --------------------------------------------------------------------------
-def _pad(x, padding, rows, cols, value=0, out=None):
+def _pad(x, padding, rows, cols, value=0):
     """x [N, C, H, W] padded by ((top, bottom), (left, right)), negative amounts cropping,
-    and cut or extended to exactly rows x cols (what the windows read); written into `out`
-    [N, C, rows, cols] when given (else x itself may come back, when nothing is added)."""
+    and cut or extended to exactly rows x cols (what the windows read)."""
     (top, _), (left, _) = padding
     _, _, h, w = x.shape
-    if out is None and top == 0 and left == 0 and rows <= h and cols <= w:
+    if top == 0 and left == 0 and rows <= h and cols <= w:
         return x  # the windows read x itself (the bottom and right ends are never read)
+    out = np.full(x.shape[:2] + (rows, cols), value, dtype=x.dtype)
     r0, c0 = max(top, 0), max(left, 0)  # where x's first kept row/col lands
     sr, sc = max(-top, 0), max(-left, 0)  # x's first kept row/col
-    nr, nc = max(min(h - sr, rows - r0), 0), max(min(w - sc, cols - c0), 0)
-    if out is None:
-        out = np.full(x.shape[:2] + (rows, cols), value, dtype=x.dtype)
-    else:  # only the border is filled: the rest is x's
-        out[:, :, :r0] = value
-        out[:, :, r0 + nr:] = value
-        out[:, :, r0:r0 + nr, :c0] = value
-        out[:, :, r0:r0 + nr, c0 + nc:] = value
+    nr, nc = min(h - sr, rows - r0), min(w - sc, cols - c0)
     if nr > 0 and nc > 0:
         out[:, :, r0:r0 + nr, c0:c0 + nc] = x[:, :, sr:sr + nr, sc:sc + nc]
     return out
@@ -331,7 +324,7 @@ def _conv_transpose2d_np(x, w, stride, padding, dilation, groups):
     o = og * groups
     oh, ow = _conv_transpose2d_rule(x.shape, w.shape, stride, padding, dilation, groups)[2:]
     fast = kernels.conv_transpose2d(x, w, stride, padding, dilation, groups, (oh, ow))
-    if fast is not None:  # natively, C kernels (ops/kernels.py)
+    if fast is not None:  # natively, one call of C kernels (ops/kernels.py)
         return fast
     fits = (0 <= top and top + oh <= h + dh * (kh - 1) and 0 <= left
             and left + ow <= wd + dw * (kw - 1))
@@ -394,7 +387,7 @@ def _conv2d_weight_rule(xs, gs, kernel, stride, padding, dilation, groups):
 
 def _conv2d_weight_np(x, g, kernel, stride, padding, dilation, groups):
     fast = kernels.conv2d_weight(x, g, kernel, stride, padding, dilation, groups)
-    if fast is not None:  # natively, C kernels (ops/kernels.py)
+    if fast is not None:  # natively, one call of C kernels (ops/kernels.py)
         return fast
     n, c = x.shape[:2]
     o, oh, ow = g.shape[1:]

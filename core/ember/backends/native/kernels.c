@@ -1,16 +1,18 @@
-// ember's native CPU kernels: elementwise chains that NumPy runs as many array passes, as one
-// pass each, on NumPy's own buffers (zero copy). GELU and its gradient are the first: NumPy
-// computes them in ~14 and ~9 passes (ops/numerics.py), this in one, ~6x faster.
+// ember's native CPU kernels, on NumPy's own buffers (zero copy): what NumPy can only do in many
+// array passes or through large temporaries.
+// - GELU and its gradient: one pass each where NumPy needs ~14 and ~9 (ops/numerics.py).
+// - Convolutions at stride 1 (conv2d and its two gradients): directly from the padded input,
+//   where NumPy's path writes and reads im2col columns 9x the input's size.
 //
 // Compiled on first use by core/ember/backends/native (the host's C compiler, -O3, tuned to
-// this CPU; the .so is cached) and called through ctypes; CPython only (inside Pyodide NdArray
-// has its WebAssembly kernels instead). The loops are plain C that the compiler vectorizes
-// (`omp simd`: out may be x itself, which is safe elementwise, and the pragma says so without
-// the runtime overlap checks that would send that case down a scalar loop). No headers and no
-// libc calls, so building needs a compiler and a linker only (-nostdlib); expf is below.
+// this CPU; the .so is cached) and called through ctypes, which releases the GIL: the
+// convolutions take a range of images, so the caller runs a thread per core. CPython only
+// (inside Pyodide NdArray has its WebAssembly kernels instead). The loops are plain C that the
+// compiler vectorizes (`omp simd`, GCC/clang vector extensions). No headers and no libc calls,
+// so building needs a compiler and a linker only (-nostdlib); expf is below.
 //
-// Results follow numerics.py's float32 formulas, so NumPy's path and this one agree to a few
-// ulp (tests/backends/test_native.py).
+// Results follow numerics.py's float32 formulas and ops/nn.py's sums, so NumPy's path and this
+// one agree to float32 rounding (tests/backends/test_native.py).
 
 typedef long long i64;
 
@@ -47,7 +49,8 @@ static inline float exp_neg(float t) {
   return t < -87.0f ? 0.0f : e * scale.f;
 }
 
-// out = x Phi(x): the exact GELU (numerics.gelu).
+// out = x Phi(x): the exact GELU (numerics.gelu). out may be x (`omp simd` says elementwise
+// aliasing is safe, without the runtime overlap checks that would send it down a scalar loop).
 void gelu_f32(const float *x, float *out, i64 n, const float *pq) {
   LOAD_PQ(pq);
 #pragma omp simd
