@@ -39,6 +39,17 @@ def test_bench_one_benchmark_of_a_module(capsys):
     assert len(rows) == 2 and all(r.startswith("ndarray_vs_numpy.matmul ") for r in rows)
 
 
+def test_bench_native_kernels_checks_and_times_every_kernel(capsys):
+    """bench/native_kernels: each C kernel against NumPy's path (checked equal first)."""
+    from ember.backends import native
+    assert cli.main(["bench", "--quick", "--repeat", "2", "native_kernels"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("native_kernels.")]
+    assert len(rows) == 10
+    if native.compiler() is not None:  # (without one, each row says there are no kernels)
+        assert "NdArray's native kernels: loaded" in out and "nan" not in " ".join(rows)
+
+
 @pytest.mark.parametrize("name, hints", [("nope", ["ndarray_vs_numpy", "ownership"]),
                                          ("ownership.nope", ["ownership has: chain"])])
 def test_bench_unknown_name_is_a_clear_error(name, hints, capsys):

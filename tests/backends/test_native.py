@@ -327,12 +327,14 @@ def test_other_vector_widths_agree(monkeypatch, tmp_path, target):
 @pytest.mark.parametrize("a_shape, b_shape", [
     ((64, 300), (300, 32)),       # rows of a split
     ((24, 144), (5, 144, 530)),   # columns of b split, b batched, a broadcast
-    ((3, 1, 64, 64), (2, 64, 70)),  # both batched, broadcast
+    ((3, 1, 64, 64), (2, 64, 70)),  # both batched, broadcast: the batch split
+    ((1, 4, 64, 64), (5, 4, 64, 70)),  # a broadcast along the batch's first dim
+    ((64, 66), (2, 66, 70)),        # a not batched
     ((2, 3), (3, 2)),             # too small: whole
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_matmul_parts_match_numpy(lib, monkeypatch, a_shape, b_shape, dtype):
-    monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
+    monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
     monkeypatch.setattr(native, "THREADS", 3)
     rng = np.random.default_rng(4)
     a = rng.standard_normal(a_shape).astype(dtype)
@@ -368,13 +370,13 @@ def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
             seen.append(get_threads())
             return numpy_matmul(*args, **kwargs)
         monkeypatch.setattr(np, "matmul", spy)
-        monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
+        monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
         a = np.ones((64, 64), np.float32)
         native.matmul(a[:8, :8], a[:8, :8])  # small: OpenBLAS's calling thread anyway
         assert seen == [2]
         seen.clear()
         native.matmul(a, a)  # split over the pool
-        monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 1 << 40)
+        monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 1 << 40)
         native.matmul(a, a)  # whole
         assert seen and set(seen) == {1}
         assert get_threads() == 2  # given back
@@ -391,7 +393,7 @@ def test_a_forked_child_gets_a_pool_of_its_own(lib, monkeypatch):
     """A child forked after the pool started has none of its threads: work handed to them
     would never run. The child starts a pool of its own (os.register_at_fork)."""
     import signal
-    monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
+    monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
     monkeypatch.setattr(native, "THREADS", 2)
     a = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
     native.matmul(a, a)  # the pool's threads start here

@@ -30,7 +30,6 @@ use and why.
 import ctypes
 import functools
 import hashlib
-import math
 import os
 import platform
 import re
@@ -274,8 +273,8 @@ try:
 except AttributeError:  # not Linux
     THREADS = max(1, min(8, os.cpu_count() or 1))
 _pool = None
-# below this many multiply-adds a convolution or GEMM runs on one thread (~80 us of work: the
-# MNIST model's first convolution, 3.4M, ran no faster on two)
+# below this many multiply-adds a convolution runs on one thread (~80 us of work: the MNIST
+# model's first convolution, 3.4M, ran no faster on two)
 MIN_PARALLEL_MACS = 1 << 22
 
 
@@ -310,6 +309,11 @@ _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # OpenBLAS runs a GEMM of fewer multiply-adds than this on the calling thread itself (its
 # interface/gemm.c: 65536 x GEMM_MULTITHREAD_THRESHOLD 4): no need to set its thread count
 _BLAS_THREADS_FROM = 1 << 18
+# Products from this many multiply-adds are split over the pool; smaller ones run whole on the
+# calling thread: a hand-off to the pool costs tens of microseconds, and the NumPy path's
+# convolutions (stride 2, groups) make many products of a few million (measured no faster
+# split, on 2 cores). MNIST's Linear 11616 -> 32 at batch 64 is 24M.
+MIN_PARALLEL_GEMM = 1 << 24
 _blas_lock = threading.Lock()
 _blas_users = 0     # ember's GEMMs running now (any thread)
 _blas_threads = 1   # OpenBLAS's thread count before the first of them set it to 1
@@ -335,9 +339,9 @@ def _blas_single(enter):
 
 
 def matmul(a, b):
-    """np.matmul with OpenBLAS single-threaded, a large float GEMM split over the pool: the
-    rows of a (or, when b has more columns, the columns of b), each part one BLAS call into its
-    slice of the result."""
+    """np.matmul with OpenBLAS single-threaded, a large float GEMM split over the pool: a batch
+    by its first dim, a single product by the rows of a (or, when b has more columns, the
+    columns of b), each part BLAS calls into its slice of the result."""
     if a.dtype not in _BLAS_DTYPES or b.dtype not in _BLAS_DTYPES or a.ndim < 2 or (
             b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] < _BLAS_THREADS_FROM):
         return np.matmul(a, b)  # (no BLAS, or one that runs on the calling thread anyway)
@@ -349,20 +353,30 @@ def matmul(a, b):
 
 
 def _matmul(a, b):
-    if THREADS == 1 or a.dtype != b.dtype:
-        return np.matmul(a, b)
     (m, k), n = a.shape[-2:], b.shape[-1]
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    if math.prod(batch) * m * n * k < MIN_PARALLEL_MACS or b.shape[-2] != k:
+    if THREADS == 1 or a.dtype != b.dtype or m * n * k < MIN_PARALLEL_GEMM or (
+            b.shape[-2] != k):
         return np.matmul(a, b)  # (a mismatch: NumPy's own error)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     out = np.empty(batch + (m, n), a.dtype)
-    if m >= n:
+    if batch and batch[0] >= THREADS:  # whole products per thread: a slice of the batch each
+        def first(x):  # x's part along the batch's first dim (all of x where it broadcasts)
+            whole = x.ndim - 2 < len(batch) or x.shape[0] == 1
+            return (lambda i0, i1: x) if whole else (lambda i0, i1: x[i0:i1])
+        sa, sb = first(a), first(b)
+
+        def part(_, i0, i1):
+            np.matmul(sa(i0, i1), sb(i0, i1), out=out[i0:i1])
+        size = batch[0]
+    elif m >= n:
         def part(_, i0, i1):
             np.matmul(a[..., i0:i1, :], b, out=out[..., i0:i1, :])
+        size = m
     else:
         def part(_, i0, i1):
             np.matmul(a, b[..., i0:i1], out=out[..., i0:i1])
-    _parallel(part, max(m, n), min(THREADS, max(m, n)))
+        size = n
+    _parallel(part, size, min(THREADS, size))
     return out
 
 
