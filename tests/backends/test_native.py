@@ -406,3 +406,25 @@ def test_a_forked_child_gets_a_pool_of_its_own(lib, monkeypatch):
             os._exit(2)
     _, code = os.waitpid(pid, 0)
     assert os.WIFEXITED(code) and os.WEXITSTATUS(code) == 0, code
+
+
+# ---- mask_where -----------------------------------------------------------------------------
+@needs_cc
+def test_mask_where(lib):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    x.flat[::5] = np.nan
+    mask = x > 0.3
+    for value in (0, -0.0, 2.5, float("nan"), float("-inf")):
+        want = np.where(mask, np.float32(value), x)
+        got = native.mask_where(x, mask, value)
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want))
+        inplace = x.copy()
+        assert native.mask_where(inplace, mask, value, out=inplace) is inplace
+        np.testing.assert_array_equal(inplace, want)
+    assert native.mask_where(x, mask, 0.1) is None  # not exact in float32: NumPy's rules
+    assert native.mask_where(x.astype(np.float64), mask, 0) is None
+    assert native.mask_where(x, mask[:1], 0) is None  # broadcasting
+    assert native.mask_where(x, mask.astype(np.int8), 0) is None
+    assert native.mask_where(x, mask, np.float32(0)) is None  # (only Python numbers)

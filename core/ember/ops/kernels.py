@@ -2,12 +2,12 @@
 module-level name, so that a faster implementation can take over where NumPy is slow.
 
 Natively, when the machine has a C compiler, ember.backends.native rebinds the stride-1
-convolutions and GELU to C compiled on first use, and matmul to BLAS calls spread over its
-thread pool. Inside Pyodide, where NumPy has no BLAS and no SIMD (a float32 matmul runs at
-1-3 GFLOP/s there), ember.backends.wasm rebinds them to WebAssembly SIMD kernels for the shapes
-where those win, and keeps NumPy for the rest. Callers look the name up at call time
-(`kernels.matmul(a, b)`), so a rebinding reaches every caller; ops stay named in the op table
-only.
+convolutions, GELU and mask_where to C compiled on first use, and matmul to BLAS calls spread
+over its thread pool. Inside Pyodide, where NumPy has no BLAS and no SIMD (a
+float32 matmul runs at 1-3 GFLOP/s there), ember.backends.wasm rebinds them to WebAssembly SIMD
+kernels for the shapes where those win, and keeps NumPy for the rest. Callers look the name
+up at call time (`kernels.matmul(a, b)`), so a rebinding reaches every caller; ops stay named
+in the op table only.
 """
 
 import numpy as np
@@ -76,6 +76,12 @@ def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
 def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
     """max_pool2d's result [N, C, OH, OW] computed by a faster kernel, or None (the NumPy
     implementation in ops/nn.py runs)."""
+    return None
+
+
+def mask_where(x, mask, value, out=None):
+    """mask_where's result (value where mask, else x; into out when given) computed by a
+    faster kernel, or None (the NumPy implementation in ops/definitions.py runs)."""
     return None
 
 

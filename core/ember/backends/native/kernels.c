@@ -258,3 +258,10 @@ void conv2d_weight_f32(const float *g, int o, int oh, int ow, const float *x, in
     }
   }
 }
+
+// ---- select ---------------------------------------------------------------------------------
+// out = mask ? value : x, elementwise (mask_where; ReLU's gradient is one). out may be x.
+void mask_where_f32(const float *x, const unsigned char *mask, float value, float *out, i64 n) {
+#pragma omp simd
+  for (i64 i = 0; i < n; i++) out[i] = mask[i] ? value : x[i];
+}
