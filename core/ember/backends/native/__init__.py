@@ -161,7 +161,7 @@ _SIGNATURES = {
     "conv2d_f32": (_P, _I, _I, _I, _I, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I,
                    _P),
     "conv2d_weight_f32": (_P, _I, _I, _I, _P, _I, _I, _I, _I, _I, _I, _I, _P, _I, _P, _I, _I,
-                          _P),
+                          _I, _P),
     "mask_where_f32": (_P, _P, ctypes.c_float, _P, _I64),
 }
 
@@ -179,8 +179,10 @@ class Library:
         self.tile, self.block, self.vector = (lib.conv_tile_pixels(), lib.conv_tile_channels(),
                                               lib.conv_vector())
         self.conv2d_scratch = lib.conv2d_scratch
-        self.conv2d_scratch.argtypes = (_I,) * 7
+        self.conv2d_scratch.argtypes = (_I,) * 8
         self.conv2d_scratch.restype = _I64
+        self.conv2d_weight_block = lib.conv2d_weight_block
+        self.conv2d_weight_block.argtypes = (_I,) * 6
 
 
 def open_library(path):
@@ -426,9 +428,9 @@ def mask_where(x, mask, value, out=None):
 class _Geometry:
     """A stride-1 convolution's grid (kernels.c): x [N, C, H, W] (C-contiguous, cropped where
     the padding is negative) padded by (top, left) into hp x wp planes, the taps' offsets on
-    them (int32), and the per-thread scratch the kernels pad an image into."""
+    them (int32), and the per-thread scratch the kernels pad `block` images at a time into."""
 
-    def __init__(self, lib, x, padding, kernel, dilation, out_hw, o):
+    def __init__(self, lib, x, padding, kernel, dilation, out_hw, o, block=1):
         (kh, kw), (dh, dw), (oh, ow) = kernel, dilation, out_hw
         (top, _), (left, _) = padding
         self.hp, self.wp = oh + dh * (kh - 1), ow + dw * (kw - 1)
@@ -437,7 +439,7 @@ class _Geometry:
         self.off = np.array([i * dh * self.wp + j * dw for i in range(kh) for j in range(kw)],
                             np.int32)
         self.scratch = lib.conv2d_scratch(x.shape[1], self.hp, self.wp, int(self.off[-1]), o,
-                                          oh, ow)
+                                          oh, ow, block)
 
     def args(self):
         """kernels.c's (x, c, h, w, top, left, hp, wp) arguments."""
@@ -505,14 +507,16 @@ def conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
     lib, t = _lib, kh * kw
     n, c = x.shape[:2]
     o, oh, ow = g.shape[1:]
-    geo = _Geometry(lib, x, padding, kernel, dilation, (oh, ow), o)
+    (dh, dw) = dilation
+    block = lib.conv2d_weight_block(c, oh + dh * (kh - 1), ow + dw * (kw - 1), o, oh, ow)
+    geo = _Geometry(lib, x, padding, kernel, dilation, (oh, ow), o, block)
     g = np.ascontiguousarray(g)
     parts = _parts(n, n * o * c * t * oh * geo.wp)
     scratch = geo.scratches(parts)
     sums = np.zeros((parts, o, c, t, lib.vector), _F32)
     args = (g.ctypes.data, o, oh, ow) + geo.args() + (geo.off.ctypes.data, t)
     _parallel(lambda i, i0, i1: lib.conv2d_weight_f32(
-        *args, sums[i].ctypes.data, i0, i1, scratch[i].ctypes.data), n, parts)
+        *args, sums[i].ctypes.data, i0, i1, block, scratch[i].ctypes.data), n, parts)
     return sums.sum(axis=(0, 4), dtype=_F32).reshape(o, c, kh, kw)
 
 

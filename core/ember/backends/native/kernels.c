@@ -154,11 +154,20 @@ static i64 grid_plane(int oh, int ow, int wp) {
   return tiles > rows ? tiles : rows;
 }
 
-// Floats of scratch one thread needs: an image's padded planes with the slack a tile reads past
-// the last one, then (conv2d) its output grid or (conv2d_weight) its gradient on the grid, and
-// a vector of slack that the gradient's last, masked load reads.
-i64 conv2d_scratch(int c, int hp, int wp, int max_off, int o, int oh, int ow) {
-  return (i64)c * hp * wp + TILE + max_off + (i64)o * grid_plane(oh, ow, wp) + VL;
+// Floats of scratch one thread needs for `block` images: their padded planes with the slack a
+// tile reads past the last one, then (conv2d) the output grid or (conv2d_weight) their
+// gradients on the grid, and a vector of slack that a gradient's last, masked load reads.
+i64 conv2d_scratch(int c, int hp, int wp, int max_off, int o, int oh, int ow, int block) {
+  return (i64)block * c * hp * wp + TILE + max_off + (i64)block * o * grid_plane(oh, ow, wp) + VL;
+}
+
+// How many images conv2d_weight pads at once: as many as fit in ~512 KB (half a typical L2),
+// at most 8, so the partial sums are read and written once per block, not once per image
+// (with 64 x 32 channels they are 1.2 MB, more than L2 holds).
+int conv2d_weight_block(int c, int hp, int wp, int o, int oh, int ow) {
+  i64 image = 4 * ((i64)c * hp * wp + (i64)o * grid_plane(oh, ow, wp));
+  i64 block = (512 << 10) / (image > 0 ? image : 1);
+  return block < 1 ? 1 : (block > 8 ? 8 : (int)block);
 }
 
 // out[img, o] = bias[o] + sum over c, t of w[o, c, t] x[img, c] shifted by off[t], for images
@@ -203,49 +212,52 @@ void conv2d_f32(const float *x, int c, int h, int w, int top, int left, int hp, 
 
 // conv2d's weight gradient: part[o, c, t, :] += the VL lanes of sum over images [i0, i1) and
 // grid positions p of g[img, o, p] x[img, c, p + off[t]], with x [N, C, H, W] padded as in
-// conv2d_f32 and the output gradient g [N, O, OH, OW] put on the grid (zero at q >= OW). The
-// caller sums the lanes (and the parts of its threads). The last, partial vector of each plane
-// is masked on x as well as g, so a value past the plane (the next plane, the slack) never
-// meets a zero of g (0 x inf would be NaN).
+// conv2d_f32 and the output gradient g [N, O, OH, OW] put on the grid (zero at q >= OW), `block`
+// images at a time (conv2d_weight_block). The caller sums the lanes (and the parts of its
+// threads). The last, partial vector of each plane is masked on x as well as g, so a value past
+// the plane (the next plane, the slack) never meets a zero of g (0 x inf would be NaN).
 void conv2d_weight_f32(const float *g, int o, int oh, int ow, const float *x, int c, int h,
                        int w, int top, int left, int hp, int wp, const int *off, int t,
-                       float *part, int i0, int i1, float *scratch) {
+                       float *part, int i0, int i1, int block, float *scratch) {
   i64 plane = (i64)hp * wp, size = (i64)(oh - 1) * wp + ow, gplane = grid_plane(oh, ow, wp);
-  float *xi = scratch, *gi = scratch + c * plane + TILE + off[t - 1];
+  float *xs = scratch, *gs = scratch + block * c * plane + TILE + off[t - 1];
   i64 full = size / VL * VL;
   vi lane;
   for (int l = 0; l < VL; l++) lane[l] = l;
   vi keep = lane < (vi){0} + (int)(size - full);
-  for (int img = i0; img < i1; img++) {
-    pad_planes(x + (i64)img * c * h * w, c, h, w, xi, plane, hp, wp, top, left);
-    pad_planes(g + (i64)img * o * oh * ow, o, oh, ow, gi, gplane, oh, wp, 0, 0);
+  for (int b0 = i0; b0 < i1; b0 += block) {
+    int nb = i1 - b0 < block ? i1 - b0 : block;
+    pad_planes(x + (i64)b0 * c * h * w, nb * c, h, w, xs, plane, hp, wp, top, left);
+    pad_planes(g + (i64)b0 * o * oh * ow, nb * o, oh, ow, gs, gplane, oh, wp, 0, 0);
     for (int ch = 0; ch < c; ch++) {
-      const float *xc = xi + ch * plane;
       for (int ob = 0; ob < o; ob += WO) {
-        const float *gr[WO];
-        for (int r = 0; r < WO; r++)  // rows past O read row O-1 again and are not stored
-          gr[r] = gi + (ob + r < o ? ob + r : o - 1) * gplane;
         for (int tb = 0; tb < t; tb += WT) {
           int offs[WT];
           for (int k = 0; k < WT; k++) offs[k] = off[tb + k < t ? tb + k : t - 1];
           vf acc[WO][WT];
           for (int r = 0; r < WO; r++)
             for (int k = 0; k < WT; k++) acc[r][k] = (vf){0};
-          for (i64 p = 0; p < full; p += VL) {
-            vf gv[WO];
-            for (int r = 0; r < WO; r++) gv[r] = load_u(gr[r] + p);
-            for (int k = 0; k < WT; k++) {
-              vf xv = load_u(xc + offs[k] + p);
-              IN_REGISTER(xv);
-              for (int r = 0; r < WO; r++) acc[r][k] += gv[r] * xv;
+          for (int b = 0; b < nb; b++) {
+            const float *xc = xs + ((i64)b * c + ch) * plane;
+            const float *gr[WO];
+            for (int r = 0; r < WO; r++)  // rows past O read row O-1 again and are not stored
+              gr[r] = gs + ((i64)b * o + (ob + r < o ? ob + r : o - 1)) * gplane;
+            for (i64 p = 0; p < full; p += VL) {
+              vf gv[WO];
+              for (int r = 0; r < WO; r++) gv[r] = load_u(gr[r] + p);
+              for (int k = 0; k < WT; k++) {
+                vf xv = load_u(xc + offs[k] + p);
+                IN_REGISTER(xv);
+                for (int r = 0; r < WO; r++) acc[r][k] += gv[r] * xv;
+              }
             }
-          }
-          if (full < size) {
-            vf gv[WO];
-            for (int r = 0; r < WO; r++) gv[r] = (vf)((vi)load_u(gr[r] + full) & keep);
-            for (int k = 0; k < WT; k++) {
-              vf xv = (vf)((vi)load_u(xc + offs[k] + full) & keep);
-              for (int r = 0; r < WO; r++) acc[r][k] += gv[r] * xv;
+            if (full < size) {
+              vf gv[WO];
+              for (int r = 0; r < WO; r++) gv[r] = (vf)((vi)load_u(gr[r] + full) & keep);
+              for (int k = 0; k < WT; k++) {
+                vf xv = (vf)((vi)load_u(xc + offs[k] + full) & keep);
+                for (int r = 0; r < WO; r++) acc[r][k] += gv[r] * xv;
+              }
             }
           }
           for (int r = 0; r < WO && ob + r < o; r++)
