@@ -100,3 +100,21 @@ def gelu_grad(g, x, out=None):
 # rebinds one: what a backend's uninstall() restores.
 NUMPY = {name: value for name, value in list(globals().items())
          if callable(value) and not name.startswith("_")}
+
+
+def route_on_first_use(names, install, failed):
+    """Bind each of `names` to a stand-in that runs install() (which rebinds them) on the first
+    call of any, or failed(error) when it raises OSError, and then makes the call through
+    whatever is bound by then. backends/wasm and backends/native load their kernels this way:
+    a process that never computes never pays for loading (or compiling) them."""
+    def stand_in(name):
+        def first_call(*args, **kwargs):
+            if globals()[name] is first_call:  # not installed (nor failed) meanwhile
+                try:
+                    install()
+                except OSError as e:
+                    failed(e)
+            return globals()[name](*args, **kwargs)
+        return first_call
+    for name in names:
+        globals()[name] = stand_in(name)

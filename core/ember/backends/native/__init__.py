@@ -254,22 +254,16 @@ def install_on_first_use():
     stand-in that installs the kernels (compiling them if this machine has none cached) and
     makes the call. No compiler: NumPy, silently (status() says so); a compiler that fails:
     NumPy, with one warning."""
-    def stand_in(name):
-        def first_call(*args, **kwargs):
-            global _status
-            if getattr(kernels, name) is first_call:  # not installed (nor failed) meanwhile
-                try:
-                    install()
-                except OSError as e:
-                    uninstall()
-                    _status = f"NumPy computes everything: {e}"
-                    if compiler() is not None:
-                        warnings.warn(f"ember: native kernels unavailable, NumPy computes "
-                                      f"everything ({e})", RuntimeWarning, stacklevel=2)
-            return getattr(kernels, name)(*args, **kwargs)
-        return first_call
-    for name in _ROUTED:
-        setattr(kernels, name, stand_in(name))
+    kernels.route_on_first_use(_ROUTED, install, _unavailable)
+
+
+def _unavailable(error):
+    global _status
+    uninstall()
+    _status = f"NumPy computes everything: {error}"
+    if compiler() is not None:
+        warnings.warn(f"ember: native kernels unavailable, NumPy computes everything ({error})",
+                      RuntimeWarning, stacklevel=3)
 
 
 # ---- threads: a pool of a thread per core (the GEMMs' too: OpenBLAS is single-threaded) ----

@@ -148,19 +148,13 @@ def install_on_first_use():
     place) and then makes the call. Loading costs 50-150 ms in Pyodide (the dynamic linker,
     compiling, tiering the kernels up): at `import ember` that delayed every page's `ready`,
     and a page that never computes never needs it."""
-    def stand_in(name):
-        def first_call(*args, **kwargs):
-            if getattr(kernels, name) is first_call:  # not installed (nor failed) meanwhile
-                try:
-                    install()
-                except OSError as e:  # no .wasm in this install, or an engine without SIMD
-                    uninstall()
-                    warnings.warn(f"ember: WebAssembly kernels unavailable, NumPy computes "
-                                  f"everything ({e})", RuntimeWarning, stacklevel=2)
-            return getattr(kernels, name)(*args, **kwargs)
-        return first_call
-    for name in _ROUTED:
-        setattr(kernels, name, stand_in(name))
+    kernels.route_on_first_use(_ROUTED, install, _unavailable)
+
+
+def _unavailable(error):  # no .wasm in this install, or an engine without SIMD
+    uninstall()
+    warnings.warn(f"ember: WebAssembly kernels unavailable, NumPy computes everything "
+                  f"({error})", RuntimeWarning, stacklevel=3)
 
 
 def uninstall():
