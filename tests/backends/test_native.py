@@ -384,6 +384,9 @@ def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
         with pytest.raises(ValueError):
             native.matmul(a, a[:3])
         assert get_threads() == 2  # given back after an error too
+        native.uninstall()  # (what a failed build does) leaves OpenBLAS alone too
+        native.install()
+        assert get_threads() == 2
     finally:
         set_threads(before)
 

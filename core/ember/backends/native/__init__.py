@@ -196,7 +196,6 @@ def status():
     return _status
 
 
-_blas_threads = None  # OpenBLAS's thread count before install() set it to 1
 _BLAS_NAMES = ("openblas", "scipy_openblas")  # NumPy's wheels: scipy_openblas(64_)
 
 
@@ -226,27 +225,17 @@ def _openblas():
 
 
 def install():
-    """Route GELU, stride-1 convolutions and GEMMs to the native kernels and ember's threads
-    (OpenBLAS single-threaded). Raises OSError when the kernels do not load (no compiler, or
-    it failed)."""
-    global _blas_threads
+    """Route GELU, mask_where, stride-1 convolutions and GEMMs to the native kernels and
+    ember's threads. Raises OSError when the kernels do not load (no compiler, or it
+    failed)."""
     load()
     for name in _ROUTED:
         setattr(kernels, name, globals()[name])
-    blas = _openblas()
-    if blas is not None and _blas_threads is None:
-        _blas_threads = blas[1]()
-        blas[0](1)
 
 
 def uninstall():
-    global _blas_threads
     for name, numpy_one in _NUMPY.items():
         setattr(kernels, name, numpy_one)
-    blas = _openblas()
-    if blas is not None and _blas_threads is not None:
-        blas[0](_blas_threads)
-        _blas_threads = None
 
 
 def install_on_first_use():
