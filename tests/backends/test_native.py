@@ -9,6 +9,7 @@ NumPy computing, right, when no compiler exists or it fails.
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -432,3 +433,16 @@ def test_mask_where(lib):
     assert native.mask_where(x, mask[:1], 0) is None  # broadcasting
     assert native.mask_where(x, mask.astype(np.int8), 0) is None
     assert native.mask_where(x, mask, np.float32(0)) is None  # (only Python numbers)
+
+
+@pytest.mark.skipif(not (shutil.which("clang-19") or shutil.which("clang")),
+                    reason="no clang here (CI has clang-19: .ci/deps)")
+def test_clang_builds_them_too(tmp_path, monkeypatch):
+    """clang refuses GCC's -fno-tree-loop-distribute-patterns: the next flag set is tried."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    clang = [shutil.which("clang-19") or shutil.which("clang")]
+    built = native.open_library(native.build(clang))
+    x = np.linspace(-5, 5, 1001, dtype=np.float32)
+    out = np.empty_like(x)
+    built.gelu_f32(x.ctypes.data, out.ctypes.data, x.size, native._PQ.ctypes.data)
+    np.testing.assert_allclose(out, exact_gelu(x.astype(np.float64)), rtol=1e-5, atol=1e-6)

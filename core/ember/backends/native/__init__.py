@@ -51,11 +51,13 @@ HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "kernels.c"
 # -nostdlib: kernels.c calls nothing, so only a compiler and a linker are needed (-fno-builtin,
 # and GCC's -fno-tree-loop-distribute-patterns, keep the optimiser from turning its loops into
-# calls of memset/memcpy); -fopenmp-simd: its `omp simd` loops (no OpenMP runtime);
-# -ffp-contract=fast: fused multiply-adds (ISO C modes turn them off). The flags are tried
-# from the fullest down: the GCC-only one (clang refuses it), then -march=native.
+# calls of memset/memcpy); -ffp-contract=fast: fused multiply-adds (ISO C modes turn them off);
+# -fopenmp-simd: its `omp simd` loops (no OpenMP runtime). The optional flags are tried from the
+# fullest set down (a compiler refusing one: clang the GCC-only flag, some -march=native),
+# the base flags alone last.
 FLAGS = ("-O3", "-std=c11", "-ffp-contract=fast", "-fPIC", "-shared", "-nostdlib",
-         "-fno-builtin", "-fopenmp-simd")
+         "-fno-builtin")
+SIMD = ("-fopenmp-simd",)
 GCC_ONLY = ("-fno-tree-loop-distribute-patterns",)
 TUNE = ("-march=native",)
 
@@ -109,7 +111,7 @@ def build(cc=None, tune=TUNE):
     except OSError as e:
         raise OSError(f"C compiler {cc[0]!r} not found: {e}") from None
     key = hashlib.sha256("\0".join([
-        SOURCE.read_text(), " ".join(cc[1:]), who, " ".join(FLAGS + GCC_ONLY + tune),
+        SOURCE.read_text(), " ".join(cc[1:]), who, " ".join(FLAGS + SIMD + GCC_ONLY + tune),
         platform.machine(), _cpu()]).encode()).hexdigest()[:20]
     folder = cache_dir()
     try:
@@ -125,7 +127,8 @@ def build(cc=None, tune=TUNE):
     os.close(fd)
     try:
         errors = []
-        for flags in (FLAGS + GCC_ONLY + tune, FLAGS + tune, FLAGS):
+        for flags in (FLAGS + SIMD + GCC_ONLY + tune, FLAGS + SIMD + tune, FLAGS + SIMD,
+                      FLAGS):
             run = subprocess.run([*cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
                                  text=True)
             if run.returncode == 0:
