@@ -1,9 +1,11 @@
 """ember.backends.native: C kernels compiled on first use for NdArray on CPython.
 
-They must agree with numerics.py's NumPy formulas (which the conformance suite checks against
-independent references) everywhere, special values included; fall back to NumPy for what they
-do not take (dtypes, layouts, broadcasting); be built once per machine (the cache); and leave
-NumPy computing, right, when no compiler exists or it fails.
+GELU, the stride-1 convolutions, mask_where and the pooled GEMMs must agree with the NumPy
+paths they replace (which the conformance suite checks against independent references)
+everywhere, special values and every geometry included, on every vector width; fall back to
+NumPy for what they do not take (dtypes, layouts, broadcasting, strides); be built once per
+machine (the cache); leave NumPy computing, right, when no compiler exists or it fails; and
+leave OpenBLAS's own thread count alone outside ember's GEMMs.
 """
 
 import math
