@@ -131,6 +131,12 @@ class _Recorder:
         self.keep.append(obj)
         return slot
 
+    def _constant(self, obj):
+        """A new slot for a prim or literal that no captured op made."""
+        slot = self._slot(obj)
+        self.constants[slot] = obj
+        return slot
+
     def inputs(self, prims):
         """The slots of an op's inputs, before it runs: one not seen before is a constant, held
         from now on (so the op cannot write its result into it: a replay needs its value)."""
@@ -139,10 +145,7 @@ class _Recorder:
         ins = []
         for p in prims:
             slot = self.slots.get(id(p))
-            if slot is None:
-                slot = self._slot(p)
-                self.constants[slot] = p
-            ins.append(slot)
+            ins.append(self._constant(p) if slot is None else slot)
         return tuple(ins)
 
     def op(self, backend, op, ins, attrs, shape, dtype, out):
@@ -184,8 +187,7 @@ def _layout(fn, out, recorder):
                        "Tensors: one, or tuples, lists or dicts of them")
     slot = recorder.slots.get(id(out._prim))
     if slot is None:  # made outside any captured op (e.g. by from_data): a constant
-        slot = recorder._slot(out._prim)
-        recorder.constants[slot] = out._prim
+        slot = recorder._constant(out._prim)
     return Tensor, (slot, out.backend, out.shape, out.dtype)
 
 
@@ -232,12 +234,8 @@ def _fold_into_convs(recorder, outputs):
         if folded:
             made = [backend.from_numpy(np.ascontiguousarray(v, dtype=dtype))
                     for v in ((w, b) if b is not None else (w,))]
-            new_ins = [ins[0]]
-            for prim in made:
-                slot = recorder._slot(prim)
-                recorder.constants[slot] = prim
-                new_ins.append(slot)
-            steps[i] = (backend, op, tuple(new_ins), attrs, shape, dtype, out)
+            new_ins = (ins[0],) + tuple(recorder._constant(prim) for prim in made)
+            steps[i] = (backend, op, new_ins, attrs, shape, dtype, out)
     recorder.steps = [s for s in steps if s[1] is not None]
 
 

@@ -109,7 +109,7 @@ def _warm_up():
     x = np.ones((1, 4, 16, 16), _F32)
     x8, w8 = np.ones((1, 8, 12, 12), _F32), a.reshape(-1)[:576].reshape(8, 8, 3, 3)
     flat, mask, idx = a.reshape(-1), a > 0, np.arange(4096, dtype=np.int32)
-    relu_program = _words([PROGRAM_KERNELS["relu_f32"][0], 3, _data(a), _data(a), a.size])
+    relu_program = _words([PROGRAM_KERNELS["relu_f32"][0], 3, _addr(a), _addr(a), a.size])
     for _ in range(3):
         take(flat, idx)
         where(mask, 0, a)
@@ -125,7 +125,7 @@ def _warm_up():
         conv2d(x, a.reshape(-1)[:288].reshape(8, 4, 3, 3), a[0, :8], (1, 1), ((0, 0), (0, 0)),
                (1, 1), 1, (14, 14))
         conv2d(x8, w8, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1, (12, 12))  # Winograd
-        _lib.run_program(_data(relu_program), len(relu_program))  # a replay's programs
+        _lib.run_program(_addr(relu_program), len(relu_program))  # a replay's programs
 
 
 def variant():
@@ -502,10 +502,6 @@ class _Recording:
         return call
 
 
-def _data(x):
-    return x.__array_interface__["data"][0]
-
-
 def _word(value):
     """An int32 program word: addresses of 2 GiB and up wrap (the kernel reads them unsigned)."""
     return value - (1 << 32) if value >= 1 << 31 else value
@@ -631,7 +627,7 @@ def _lower(ins, result, values, dynamic, routed, calls):
             slot = next((s for (lo, hi), s in moving if lo <= arg < hi), False)
             if slot is not False:
                 words.append(0)
-                patches.append((start + i, slot, arg - _data(values[slot])))
+                patches.append((start + i, slot, arg - _addr(values[slot])))
             elif any(lo <= arg < hi for (lo, hi), _ in fixed):
                 words.append(arg)
             else:  # memory the step made for itself and let go: not replayable
@@ -644,7 +640,7 @@ class _Runner:
 
     def __init__(self, segments, values, constants, layouts, outputs, work_len, execute):
         self.work = np.empty(max(work_len, 1), _F32)
-        work = _data(self.work)
+        work = _addr(self.work)
         self.segments = []
         for seg in segments:
             if type(seg[0]) is np.ndarray:
@@ -655,7 +651,7 @@ class _Runner:
                         prog[word] = _word(int(prog[word]) + work)
                     else:
                         moving.append((word, slot, offset))
-                seg = (prog, _data(prog), len(prog), moving)
+                seg = (prog, _addr(prog), len(prog), moving)
             self.segments.append(seg)
         self.values = values  # the arena: weights and the lowered steps' results, kept
         self.constants = constants
@@ -674,7 +670,7 @@ class _Runner:
                 if len(seg) == 4:
                     prog, addr, n, moving = seg
                     for word, slot, offset in moving:
-                        prog[word] = _word(_data(values[slot]) + offset)
+                        prog[word] = _word(_addr(values[slot]) + offset)
                     status = _lib.run_program(addr, n)
                     if status:
                         raise RuntimeError(f"run_program: a kernel refused its call (status "
