@@ -312,7 +312,7 @@ def test_other_vector_widths_agree(monkeypatch, tmp_path, target):
     """kernels.c picks its vector width and register tiles from the target (AVX-512, AVX,
     SSE): the builds for the other targets this CPU also runs give the same results."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    other = native.open_library(native.build(tune=(f"-march={target}",)))
+    other = native.Library(native.build(tune=(f"-march={target}",)))
     assert other.vector == {"x86-64": 4, "haswell": 8}[target]
     monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
     kernel, padding, dilation = (3, 3), ((1, 0), (2, 1)), (1, 1)
@@ -443,7 +443,7 @@ def test_clang_builds_them_too(tmp_path, monkeypatch):
     """clang refuses GCC's -fno-tree-loop-distribute-patterns: the next flag set is tried."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     clang = [shutil.which("clang-19") or shutil.which("clang")]
-    built = native.open_library(native.build(clang))
+    built = native.Library(native.build(clang))
     x = np.linspace(-5, 5, 1001, dtype=np.float32)
     out = np.empty_like(x)
     built.gelu_f32(x.ctypes.data, out.ctypes.data, x.size, native._PQ.ctypes.data)

@@ -123,8 +123,9 @@ if sys.platform == "emscripten" and os.environ.get("EMBER_WASM", "1") != "0":
 
     _wasm.install_on_first_use()
 
-# Natively, stride-1 convolutions and GELU go to C compiled on first use where the machine has
-# a C compiler, on a thread per core (backends/native); EMBER_NATIVE=0 opts out.
+# Natively, stride-1 convolutions, GELU and mask_where go to C compiled on first use where the
+# machine has a C compiler, and large GEMMs are split over its thread per core
+# (backends/native); EMBER_NATIVE=0 opts out.
 if sys.platform != "emscripten" and os.environ.get("EMBER_NATIVE", "1") != "0":
     from . import native as _native
 

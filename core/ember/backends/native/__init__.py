@@ -149,10 +149,10 @@ def load():
             return _lib
         path = build()
         try:
-            _lib = open_library(path)
+            _lib = Library(path)
         except (OSError, AttributeError):  # a cached file that does not load (cut short by a
             path.unlink(missing_ok=True)   # full disk, say): built again, once
-            _lib = open_library(build())
+            _lib = Library(build())
         _status = f"loaded {path} ({_lib.vector}-float vectors, {THREADS} threads)"
         return _lib
 
@@ -186,10 +186,6 @@ class Library:
         self.conv2d_scratch.restype = _I64
         self.conv2d_weight_block = lib.conv2d_weight_block
         self.conv2d_weight_block.argtypes = (_I,) * 6
-
-
-def open_library(path):
-    return Library(path)
 
 
 def status():
@@ -414,9 +410,10 @@ def mask_where(x, mask, value, out=None):
 class _Geometry:
     """A stride-1 convolution's grid (kernels.c): x [N, C, H, W] (C-contiguous, cropped where
     the padding is negative) padded by (top, left) into hp x wp planes, the taps' offsets on
-    them (int32), and the per-thread scratch the kernels pad `block` images at a time into."""
+    them (int32), and the per-thread scratch the kernels pad `block` images at a time into
+    (conv2d_weight: as many as its kernel asks for; conv2d: one)."""
 
-    def __init__(self, lib, x, padding, kernel, dilation, out_hw, o, block=1):
+    def __init__(self, lib, x, padding, kernel, dilation, out_hw, o, weight_grad=False):
         (kh, kw), (dh, dw), (oh, ow) = kernel, dilation, out_hw
         (top, _), (left, _) = padding
         self.hp, self.wp = oh + dh * (kh - 1), ow + dw * (kw - 1)
@@ -424,8 +421,11 @@ class _Geometry:
         self.top, self.left = max(top, 0), max(left, 0)
         self.off = np.array([i * dh * self.wp + j * dw for i in range(kh) for j in range(kw)],
                             np.int32)
-        self.scratch = lib.conv2d_scratch(x.shape[1], self.hp, self.wp, int(self.off[-1]), o,
-                                          oh, ow, block)
+        c = x.shape[1]
+        self.block = lib.conv2d_weight_block(c, self.hp, self.wp, o, oh, ow) if weight_grad \
+            else 1
+        self.scratch = lib.conv2d_scratch(c, self.hp, self.wp, int(self.off[-1]), o, oh, ow,
+                                          self.block)
 
     def args(self):
         """kernels.c's (x, c, h, w, top, left, hp, wp) arguments."""
@@ -493,16 +493,14 @@ def conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
     lib, t = _lib, kh * kw
     n, c = x.shape[:2]
     o, oh, ow = g.shape[1:]
-    (dh, dw) = dilation
-    block = lib.conv2d_weight_block(c, oh + dh * (kh - 1), ow + dw * (kw - 1), o, oh, ow)
-    geo = _Geometry(lib, x, padding, kernel, dilation, (oh, ow), o, block)
+    geo = _Geometry(lib, x, padding, kernel, dilation, (oh, ow), o, weight_grad=True)
     g = np.ascontiguousarray(g)
     parts = _parts(n, n * o * c * t * oh * geo.wp)
     scratch = geo.scratches(parts)
     sums = np.zeros((parts, o, c, t, lib.vector), _F32)
     args = (g.ctypes.data, o, oh, ow) + geo.args() + (geo.off.ctypes.data, t)
     _parallel(lambda i, i0, i1: lib.conv2d_weight_f32(
-        *args, sums[i].ctypes.data, i0, i1, block, scratch[i].ctypes.data), n, parts)
+        *args, sums[i].ctypes.data, i0, i1, geo.block, scratch[i].ctypes.data), n, parts)
     return sums.sum(axis=(0, 4), dtype=_F32).reshape(o, c, kh, kw)
 
 
