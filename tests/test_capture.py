@@ -1,6 +1,7 @@
 """ember.jit (core/ember/capture.py): a replay computes what the function computes, captures
 once per signature, notices a changed module, and refuses what it could not repeat."""
 
+import sys
 import threading
 
 import numpy as np
@@ -252,6 +253,61 @@ def test_ops_of_other_threads_are_not_captured():
     assert done.is_set()
     assert len(next(iter(fast._plans.values())).steps) == 1
     np.testing.assert_allclose(fast(x).to_numpy(), x.to_numpy() + 1)
+
+
+def test_eager_ops_in_another_thread_survive_captures_ending():
+    # The attack of issue 17: one thread captures new shapes in a loop (each capture starts and
+    # ends), another runs plain eager ops. A recorder slot shared by threads made the eager
+    # thread read it between a capture's end and its own next op (AttributeError on None).
+    stop, errors = threading.Event(), []
+
+    def eager():
+        a = _x(3, (8, 8))
+        try:
+            while not stop.is_set():
+                (a * 2 + 1).exp().sum().item()
+        except Exception as e:  # noqa: BLE001 (the test reports whatever escaped)
+            errors.append(e)
+
+    thread = threading.Thread(target=eager)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows at once
+    thread.start()
+    try:
+        for n in range(1, 31):
+            fast = ember.jit(ember.models.ConvNet(channels=(4, 8), hidden=16).eval())
+            x = _x(n, (n % 4 + 1, 1, 28, 28))
+            for _ in range(3):
+                fast(x)
+            if errors:
+                break
+        np.testing.assert_allclose(fast(x).to_numpy(), fast.fn(x).to_numpy(), rtol=1e-5)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(interval)
+    assert errors == []
+
+
+def test_two_threads_capture_at_once_each_its_own_ops():
+    barrier, plans = threading.Barrier(2, timeout=10), {}
+
+    def capture(name, fn, data):
+        fast = ember.jit(fn)
+        x = _x(data, (6,))
+        fast(x)
+        barrier.wait()  # both captures run at the same time
+        fast(x)
+        np.testing.assert_allclose(fast(x).to_numpy(), fn(x).to_numpy(), rtol=1e-6)
+        plans[name] = [step[1].name for step in next(iter(fast._plans.values())).steps]
+
+    threads = [threading.Thread(target=capture, args=("exp", lambda x: x.exp() * 2, 1)),
+               threading.Thread(target=capture, args=("neg", lambda x: (-x).abs(), 2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert plans == {"exp": ["exp", "mul"], "neg": ["neg", "abs"]}
 
 
 def test_wgpu_replays_too():

@@ -27,7 +27,6 @@ What is captured, and so what a replay assumes:
   or a tuple, list or dict of Tensors.
 """
 
-import threading
 
 import numpy as np
 
@@ -37,9 +36,6 @@ from .errors import EmberError
 from .tensor import Tensor
 
 __all__ = ["Jit", "JitError", "jit"]
-
-_capturing = threading.Lock()  # one capture at a time: the Tensor layer has one recorder slot
-
 
 class JitError(EmberError, RuntimeError):
     """A function ember.jit cannot capture (it reads values, draws random numbers, ...)."""
@@ -64,7 +60,7 @@ class Jit:
         return f"jit({_name(self.fn)}, {len(self._plans)} captured)"
 
     def __call__(self, *args, **kwargs):
-        if _tensor._tracer is not None:  # inside another capture: be part of it
+        if _tensor.capturing.tracer is not None:  # inside another capture: be part of it
             return self.fn(*args, **kwargs)
         key = _signature(args, kwargs)
         if self._guards is not None and not _holds(self._guards):
@@ -113,11 +109,10 @@ def _tensors(args, kwargs):
 
 
 class _Recorder:
-    """What a capture sees: every primitive run in this thread, with its inputs named by slot.
+    """What a capture sees: every primitive run in its thread, with its inputs named by slot.
     It keeps every object it names alive, so that no id is reused during the capture."""
 
     def __init__(self, inputs):
-        self.thread = threading.get_ident()
         self.slots = {}      # id(prim or literal) -> slot
         self.keep = []       # the objects of the slots, in slot order
         self.constants = {}  # slot -> prim or literal not made by a captured op
@@ -140,8 +135,6 @@ class _Recorder:
     def inputs(self, prims):
         """The slots of an op's inputs, before it runs: one not seen before is a constant, held
         from now on (so the op cannot write its result into it: a replay needs its value)."""
-        if threading.get_ident() != self.thread:
-            return None
         ins = []
         for p in prims:
             slot = self.slots.get(id(p))
@@ -149,24 +142,22 @@ class _Recorder:
         return tuple(ins)
 
     def op(self, backend, op, ins, attrs, shape, dtype, out):
-        if ins is not None:  # (None: another thread's op)
-            self.steps.append((backend, op, ins, attrs, shape, dtype, self._slot(out)))
+        self.steps.append((backend, op, ins, attrs, shape, dtype, self._slot(out)))
 
     def host(self, what):
-        if threading.get_ident() == self.thread and self.refused is None:
+        if self.refused is None:
             self.refused = what
 
 
 def _capture(fn, args, kwargs):
     """Run fn once while recording; (its result, the plan that replays it)."""
     inputs = [t._prim for t in _tensors(args, kwargs)]
-    with _capturing:
-        recorder = _Recorder(inputs)
-        _tensor._tracer = recorder
-        try:
-            out = fn(*args, **kwargs)
-        finally:
-            _tensor._tracer = None
+    recorder = _Recorder(inputs)
+    _tensor.capturing.tracer = recorder
+    try:
+        out = fn(*args, **kwargs)
+    finally:
+        _tensor.capturing.tracer = None
     if recorder.refused is not None:
         raise JitError(f"ember.jit: {_name(fn)} does something a replay would not repeat "
                        f"({recorder.refused}); run it without ember.jit, or move that part out "

@@ -9,6 +9,7 @@ it needs no backend work and Autodiff differentiates it for free.
 
 import dis
 import sys
+import threading
 
 import numpy as np
 
@@ -23,25 +24,32 @@ _NO = object()  # "no second operand"
 _RESHAPE = OPS["reshape"]
 _NO_ATTRS = {}
 
-# ember.jit's recorder while it captures a function (None otherwise): every primitive the Tensor
-# layer runs goes through _execute, and what a replay could not repeat (reading values, drawing
-# random numbers) through _host, so that the recorder sees them.
-_tracer = None
+# ember.jit's recorder while this thread captures a function (None otherwise): every primitive
+# the Tensor layer runs goes through _execute, and what a replay could not repeat (reading
+# values, drawing random numbers) through _host, so that the recorder sees them. It is per
+# thread: a capture sees only its own thread's ops, and eager ops in other threads never see it.
+class _Capturing(threading.local):
+    tracer = None
+
+
+capturing = _Capturing()
 
 
 def _execute(backend, op, prims, attrs, shape, dtype):
-    if _tracer is None:
+    tracer = capturing.tracer
+    if tracer is None:
         return backend.execute(op, prims, attrs, shape, dtype)
     # the inputs are named (and held) first: an op may write into an input nothing else holds
-    ins = _tracer.inputs(prims)
+    ins = tracer.inputs(prims)
     prim = backend.execute(op, prims, attrs, shape, dtype)
-    _tracer.op(backend, op, ins, attrs, shape, dtype, prim)
+    tracer.op(backend, op, ins, attrs, shape, dtype, prim)
     return prim
 
 
 def _host(what):
-    if _tracer is not None:
-        _tracer.host(what)
+    tracer = capturing.tracer
+    if tracer is not None:
+        tracer.host(what)
 
 
 # ---- ownership: which tensors only a temporary expression refers to -----------------------
