@@ -82,6 +82,58 @@ def test_cross_entropy_checks_shapes_and_dtypes():
         nn.CrossEntropyLoss(reduction="avg")
 
 
+_STACKS = {"ndarray": lambda: ember.backend.NdArray(), "autodiff": lambda: AD,
+           "wgpu": lambda: _wgpu_or_skip()}
+
+
+def _wgpu_or_skip():
+    from tests.ops.backends import BACKENDS
+    make = dict(BACKENDS).get("wgpu")
+    if make is None:
+        pytest.skip("wgpu-py is not installed")
+    return make()
+
+
+@pytest.mark.parametrize("stack", sorted(_STACKS))
+@pytest.mark.parametrize("loss", ["cross_entropy", "nll_loss"])
+@pytest.mark.parametrize("labels, bad", [([0, 1, 3, 2], 3), ([0, -1, 2, 1], -1),
+                                         ([7, 1, 2, 0], 7), ([0, 2, -5, -5], -5)])
+def test_class_indices_out_of_range_raise(stack, loss, labels, bad):
+    # issue 17: these gave a zero loss and gradient for the sample, still counted in the mean
+    B = _STACKS[stack]()
+    x = Tensor.from_data(randn(4, 3).astype(np.float32), backend=B)
+    y = Tensor.from_data(np.array(labels, dtype=np.int32), backend=B)
+    fn = getattr(nn.functional, loss, None) or getattr(ember.nn.loss, loss)
+    with pytest.raises(ShapeError, match=rf"{loss}: target holds class index {bad} at \[\d\].*"
+                                         r"3 classes.*\[0, 3\) or equal ignore_index \(-100\)"):
+        fn(x, y)
+    with pytest.raises(IndexError):  # torch raises too
+        torch.nn.functional.cross_entropy(torch.zeros(4, 3), torch.tensor(labels))
+
+
+def test_ignore_index_outside_the_classes_is_still_ignored():
+    x, y = randn(4, 3), np.array([0, -100, 2, 1])
+    ours = nn.CrossEntropyLoss()(Tensor.from_data(x), Tensor.from_data(y)).item()
+    np.testing.assert_allclose(ours, torch.nn.functional.cross_entropy(
+        torch.from_numpy(x), torch.from_numpy(y)).item(), rtol=1e-6)
+    ours = nn.CrossEntropyLoss(ignore_index=5)(Tensor.from_data(x), Tensor.from_data(
+        np.array([0, 5, 2, 1]))).item()
+    np.testing.assert_allclose(ours, torch.nn.functional.cross_entropy(
+        torch.from_numpy(x), torch.tensor([0, 5, 2, 1]), ignore_index=5).item(), rtol=1e-6)
+
+
+def test_out_of_range_labels_in_a_jit_capture_give_nan_not_zero():
+    # a replay cannot raise: the out-of-range sample's loss is NaN, so the mean is NaN too
+    B = AD
+    x = Tensor.from_data(randn(4, 3).astype(np.float32), backend=B)
+    fast = ember.jit(lambda x, y: ember.nn.loss.cross_entropy(x, y))
+    good = Tensor.from_data(np.array([0, 1, 2, 1], dtype=np.int32), backend=B)
+    for _ in range(3):  # the second call captures, the third replays
+        assert np.isfinite(fast(x, good).item())
+    bad = Tensor.from_data(np.array([0, 9, 2, 1], dtype=np.int32), backend=B)
+    assert np.isnan(fast(x, bad).item())
+
+
 def test_cross_entropy_labels_from_the_inner_backend():
     # labels made on NdArray work with logits on Autodiff(NdArray)
     x = Tensor.from_data(randn(4, 3), AD).require_grad()

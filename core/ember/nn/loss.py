@@ -3,7 +3,7 @@ names in snake case. Composites of tensor ops, with PyTorch's arguments, default
 reductions ("mean" | "sum" | "none"; KlDivLoss also "batchmean")."""
 
 from ..errors import DTypeError, ShapeError
-from ..tensor import Tensor
+from ..tensor import Tensor, capturing
 from .module import Module
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -97,12 +97,16 @@ def _nll(logp, target, weight, ignore_index, reduction, smoothing, name):
     # one-hot by comparison: no gather, so ignore_index may be any value
     classes = _class_view(Tensor.arange(C, backend=logp.backend, dtype=target.dtype), logp.ndim)
     miss = target.unsqueeze(1) != classes
-    valid = (target != ignore_index).cast(logp.dtype)
+    kept = target != ignore_index
+    outside = _outside_classes(target, kept, C, ignore_index, name)
+    valid = kept.cast(logp.dtype)
     # per-sample weight w[target] (zero where ignored)
     sample_w = valid if w is None else _class_view(w, logp.ndim).mask_fill(miss, 0.0) \
         .sum_dim(1).squeeze(1) * valid
     # mask, not multiply by a one-hot: logits of -inf (masked classes) must not give 0 * inf
     nll = -logp.mask_fill(miss, 0.0).sum_dim(1).squeeze(1) * sample_w
+    if outside is not None:
+        nll = nll.mask_fill(outside, float("nan"))
     total = sample_w.sum() if reduction == "mean" else None
     loss = nll.sum() / total if reduction == "mean" else _reduce(nll, reduction)
     if not smoothing:
@@ -112,6 +116,24 @@ def _nll(logp, target, weight, ignore_index, reduction, smoothing, name):
     smooth = -per_class.sum_dim(1).squeeze(1) * valid
     smooth = smooth.sum() / total if reduction == "mean" else _reduce(smooth, reduction)
     return loss * (1 - smoothing) + smooth * (smoothing / C)
+
+
+def _outside_classes(target, kept, C, ignore_index, name):
+    """Class indices outside [0, C) (ignore_index aside) raise, as in PyTorch: the one-hot by
+    comparison would give such a sample zero loss and gradient while the mean still counted it.
+    Inside an ember.jit capture values cannot be read, so those samples' losses become NaN
+    instead (the mask is returned), which the replay carries into the loss and its gradient."""
+    outside = ((target < 0) | (target >= C)) & kept
+    if capturing.tracer is not None:
+        return outside
+    if outside.any().item():
+        at = outside.to_numpy()
+        where = [int(i[0]) for i in at.nonzero()]
+        raise ShapeError(f"{name}: target holds class index {int(target.to_numpy()[at][0])} at "
+                         f"{where} ({int(at.sum())} of {at.size} out of range), but the input "
+                         f"has {C} classes: indices must lie in [0, {C}) or equal "
+                         f"ignore_index ({ignore_index})")
+    return None
 
 
 def _soft_targets(logp, target, w, reduction, smoothing, name):
