@@ -1192,3 +1192,58 @@ def test_numpy_arrays_as_operands_suggest_from_data(fn, numpy_operand):
 def test_other_operands_are_dtype_errors(value):
     with pytest.raises(DTypeError, match="add"):
         Tensor.ones([3]) + value
+
+
+# ---- mistakes and hostile sizes (issue 17) ---------------------------------------------------
+@pytest.mark.parametrize("size", [2.5, 2.0, "3", True, np.float32(2), None])
+@pytest.mark.parametrize("make", ["zeros", "ones", "full", "random", "reshape"])
+def test_sizes_must_be_ints(make, size):
+    # zeros([2.5]) had shape [2], zeros(["3"]) shape [3], zeros([True]) shape [1]
+    calls = {"zeros": lambda s: Tensor.zeros(s), "ones": lambda s: Tensor.ones(s),
+             "full": lambda s: Tensor.full(s, 1.0), "random": lambda s: Tensor.random(s),
+             "reshape": lambda s: Tensor.zeros([4]).reshape(s + [1])}
+    with pytest.raises(ShapeError, match=r"a shape|sizes in a shape are ints"):
+        calls[make]([size])
+
+
+def test_numpy_and_index_ints_are_sizes():
+    assert Tensor.zeros([np.int64(3), np.int32(2)]).shape == (3, 2)
+    assert Tensor.zeros([4]).reshape([np.int64(2), 2]).shape == (2, 2)
+
+
+def test_arange_checks_its_range_before_allocating():
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        with pytest.raises(DTypeError, match=r"arange: .*8589934591 does not fit int32"):
+            Tensor.arange(0, 2**33)  # 64 GiB of int64 before the int32 check, until now
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20
+    finally:
+        tracemalloc.stop()
+    assert Tensor.arange(0, 2**33, 2**31, dtype="int64").to_numpy().tolist() == [
+        0, 2**31, 2**32, 3 * 2**31]
+    assert Tensor.arange(5, 0, -2).to_numpy().tolist() == [5, 3, 1]
+    assert Tensor.arange(3, 3).shape == (0,)
+
+
+@pytest.mark.parametrize("make", [lambda: Tensor.zeros([2**40]), lambda: Tensor.ones([2**20] * 3),
+                                  lambda: Tensor.random([2**40]),
+                                  lambda: Tensor.arange(0.0, 2.0**40)])
+def test_results_too_large_to_allocate_name_the_op(make):
+    with pytest.raises(ember.OutOfMemoryError, match=r"^(full|random|arange): a result of shape "
+                                                     r"\[.*\] (float32|int32) needs .* GiB"):
+        make()
+    assert issubclass(ember.OutOfMemoryError, MemoryError)  # `except MemoryError` still works
+
+
+def test_int32_sums_are_exact_or_refused_on_ndarray():
+    x = Tensor.from_data(np.full(4, 2**30, np.int32))  # NumPy's own int32 reduce wraps to 0
+    with pytest.raises(DTypeError, match=r"sum: the int32 sum over dims \[0\] of shape \[4\] "
+                                         r"reaches 4294967296.*cast\('int64'\)"):
+        x.sum()
+    assert x.cast("int64").sum().item() == 2**32
+    assert Tensor.from_data(np.full(3, 2**29, np.int32)).sum().item() == 3 * 2**29
+    y = Tensor.from_data(np.array([[2**31 - 1, 1], [-2**31, -1]], np.int32))
+    with pytest.raises(DTypeError, match="int32 sum"):
+        y.sum_dim(1)
+    assert y.sum_dim(0).to_numpy().tolist() == [[-1, 0]]

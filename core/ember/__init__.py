@@ -6,13 +6,14 @@ from . import autodiff, dtype, ops
 from .autodiff import Gradients, no_grad
 from .capture import JitError, jit
 from .distribution import Distribution, seed
-from .errors import BackendError, DTypeError, EmberError, ShapeError
+from .errors import BackendError, DTypeError, EmberError, OutOfMemoryError, ShapeError
 from .tensor import Tensor
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BackendError", "DTypeError", "Distribution", "EmberError", "Gradients", "JitError",
+    "OutOfMemoryError",
     "ShapeError", "Tensor", "autodiff", "default_backend", "dtype", "jit", "no_grad", "ops", "seed",
     "set_default_backend",
 ]

@@ -13,5 +13,9 @@ class DTypeError(EmberError, TypeError):
     """A dtype an op cannot take, or data that has no ember dtype."""
 
 
+class OutOfMemoryError(EmberError, MemoryError):
+    """A result larger than the backend can hold: host memory, or a GPU's buffer size limit."""
+
+
 class BackendError(EmberError, RuntimeError):
     """Mixed backends, a missing capability (e.g. backward without Autodiff), a bad backend name."""

@@ -3,6 +3,7 @@
 Every function takes the op's name so that its ShapeError can say which op failed.
 """
 
+import operator
 from functools import lru_cache
 
 from .errors import ShapeError
@@ -17,12 +18,24 @@ def as_shape(shape, op):
     if isinstance(shape, int):
         shape = (shape,)
     try:
-        out = tuple(int(s) for s in shape)
+        out = tuple(_size(s, op, shape) for s in shape)
     except TypeError:
         raise ShapeError(f"{op}: a shape is a list or tuple of ints, got {shape!r}") from None
     if any(s < 0 for s in out):
         raise ShapeError(f"{op}: negative size in shape {fmt(out)}")
     return out
+
+
+def _size(s, op, shape):
+    """One size of a shape: an int (Python's or NumPy's), never a float, string or bool, which
+    int() would quietly turn into another size (zeros([2.5]) had shape [2])."""
+    if not isinstance(s, bool):
+        try:
+            return operator.index(s)
+        except TypeError:
+            pass
+    raise ShapeError(f"{op}: sizes in a shape are ints, got {s!r} in {list(shape)!r}; e.g. "
+                     "int(n) for a computed size")
 
 
 @lru_cache(maxsize=4096)
@@ -79,7 +92,7 @@ def norm_dims(op, dims, ndim):
 
 def reshape(op, shape, new):
     """Resolve one -1 in `new` against the number of elements of `shape`."""
-    new = tuple(int(s) for s in new)
+    new = tuple(_size(s, op, new) for s in new)
     size = prod(shape)
     if new.count(-1) > 1:
         raise ShapeError(f"{op}: only one dim may be -1, got {fmt(new)}")

@@ -8,6 +8,7 @@ it needs no backend work and Autodiff differentiates it for free.
 """
 
 import dis
+import math
 import sys
 import threading
 
@@ -17,7 +18,7 @@ from . import dtype as D
 from . import shape as S
 from .backend import Backend, default_backend
 from .distribution import Distribution
-from .errors import BackendError, DTypeError, ShapeError
+from .errors import BackendError, DTypeError, OutOfMemoryError, ShapeError
 from .ops import COMPARE, OPS
 
 _NO = object()  # "no second operand"
@@ -37,13 +38,24 @@ capturing = _Capturing()
 
 def _execute(backend, op, prims, attrs, shape, dtype):
     tracer = capturing.tracer
-    if tracer is None:
-        return backend.execute(op, prims, attrs, shape, dtype)
-    # the inputs are named (and held) first: an op may write into an input nothing else holds
-    ins = tracer.inputs(prims)
-    prim = backend.execute(op, prims, attrs, shape, dtype)
+    try:
+        if tracer is None:
+            return backend.execute(op, prims, attrs, shape, dtype)
+        # the inputs are named (and held) first: an op may write into an input nothing else holds
+        ins = tracer.inputs(prims)
+        prim = backend.execute(op, prims, attrs, shape, dtype)
+    except MemoryError as e:
+        _out_of_memory(op.name, shape, dtype, backend, e)
     tracer.op(backend, op, ins, attrs, shape, dtype, prim)
     return prim
+
+
+def _out_of_memory(op, shape, dtype, backend, error):
+    """NumPy's or a GPU's allocation failure, said with the op, the shape and the fix."""
+    nbytes = S.prod(shape) * np.dtype(dtype).itemsize
+    raise OutOfMemoryError(f"{op}: a result of shape {S.fmt(shape)} {dtype} needs "
+                           f"{nbytes / 2**30:.3g} GiB, more than {backend} can allocate "
+                           f"({error}); use a smaller shape or batch") from None
 
 
 def _host(what):
@@ -372,10 +384,14 @@ class Tensor:
         if step == 0:
             raise ShapeError("arange: step must not be zero")
         dtype = D.canonical(dtype or D.result_type([], [start, end, step], "arange"), "arange")
-        values = np.arange(start, end, step)
-        if D.is_int(dtype) and values.size:
-            _scalar("arange", int(values.min()), dtype)
-            _scalar("arange", int(values.max()), dtype)
+        n = max(0, math.ceil((end - start) / step))
+        if D.is_int(dtype) and n:  # checked before NumPy allocates: arange(2**33) is 64 GiB
+            _scalar("arange", start, dtype)
+            _scalar("arange", start + (n - 1) * step, dtype)
+        try:
+            values = np.arange(start, end, step)
+        except MemoryError as e:
+            _out_of_memory("arange", (n,), dtype, _resolve_backend(backend), e)
         return Tensor.from_data(values, backend, dtype)
 
     @staticmethod
@@ -391,7 +407,12 @@ class Tensor:
                             "Distribution.Normal(0, 1)")
         dtype = D.canonical(dtype or D.DEFAULT_FLOAT, "random")
         _host("drawing random numbers")
-        return Tensor.from_data(dist.sample(S.as_shape(shape, "random"), dtype), backend, dtype)
+        shape = S.as_shape(shape, "random")
+        try:
+            samples = dist.sample(shape, dtype)
+        except MemoryError as e:
+            _out_of_memory("random", shape, dtype, _resolve_backend(backend), e)
+        return Tensor.from_data(samples, backend, dtype)
 
     def new_zeros(self, shape):
         """Zeros of `shape` with this tensor's dtype and backend."""

@@ -461,3 +461,19 @@ def test_no_memory_growth_over_thousands_of_training_steps():
     for key in ("bytes_in_use", "buffers_in_use", "bytes_reserved", "kernels"):
         assert now[key] == base[key], (key, base, now)
     assert now["allocations"] == base["allocations"]
+
+
+def test_int32_sums_wrap_as_wgsl_does():
+    # WGSL has no 64-bit ints to add in, so Wgpu's int32 sums wrap (NdArray's are exact or
+    # raise, tests/test_tensor.py); this records the documented difference
+    x = Tensor.from_data(np.full(4, 2**30, np.int32), backend=Wgpu())
+    assert x.sum().item() == 0
+
+
+def test_a_buffer_over_the_device_limit_names_the_op():
+    from ember import OutOfMemoryError
+    with pytest.raises(OutOfMemoryError, match=r"^full: a result of shape \[1099511627776\] "
+                                               r"float32 .*maxBufferSize"):
+        Tensor.zeros([2**40], backend=Wgpu())
+    B = Wgpu()
+    assert Tensor.ones([3], backend=B).sum().item() == 3  # the pool still works afterwards

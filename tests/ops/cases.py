@@ -364,7 +364,29 @@ def _cast_case(id, x, dtype, name):
     return Case(id, (x,), lambda t: t.cast(dtype), lambda a: _convert(a, name))
 
 
-add("cast", *(_cast_case(*row) for row in CASTS),
+# Float -> int casts saturate (WGSL's rule, clamped in the float's own precision) and NaN gives
+# 0, the same on every backend; written here as integers, independently of ember's clamp
+_SATURATED = {(F32, I32): 2**31 - 2**7, (F64, I32): 2**31 - 1, (F32, I64): 2**63 - 2**39,
+              (F64, I64): 2**63 - 2**10}
+_EDGES = [INF, -INF, NAN, 3e9, -3e9, 2.5e9, 2**31, -2**31, 1e19, -1e19, 7.9, -7.9, 0.0]
+
+
+def _saturate_ref(src, dst):
+    hi, lo = _SATURATED[src, dst], -_SATURATED[src, dst] - 1 if dst == I64 else -2**31
+
+    def ref(a):
+        out = [0 if v != v else hi if v >= hi else lo if v <= lo else int(v)
+               for v in a.ravel().tolist()]
+        return np.array(out, dtype=dst).reshape(a.shape)
+    return ref
+
+
+def _saturate_case(src, dst):
+    return Case(f"{src}-to-{dst}-saturates", (lit(_EDGES, src),), lambda t: t.cast(dst),
+                _saturate_ref(src, dst))
+
+
+add("cast", *(_cast_case(*row) for row in CASTS), *(_saturate_case(*k) for k in _SATURATED),
     err("err-float16", (A((2,)),), lambda t: t.cast("float16"), DTypeError),
     err("err-not-a-dtype", (A((2,)),), lambda t: t.cast("complex128"), DTypeError))
 

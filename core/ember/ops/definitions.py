@@ -122,7 +122,17 @@ compare("ge", np.greater_equal, "({0} >= {1})")
 
 
 # ---- dtype --------------------------------------------------------------------------------
-op("cast", UNARY, lambda x, dtype: x.astype(dtype), "{dtype}({0})",
+def _cast_np(x, dtype):
+    if x.dtype.kind != "f" or np.dtype(dtype).kind != "i":
+        return x.astype(dtype)
+    # saturating, as WGSL defines it (clamped in the float's own precision), NaN -> 0: C and
+    # NumPy leave it undefined (x86 gives the int's minimum for inf, NaN and every overflow)
+    info = np.iinfo(dtype)
+    hi = np.nextafter(x.dtype.type(-info.min), x.dtype.type(0))  # largest float below 2^(n-1)
+    return np.where(np.isnan(x), 0, np.clip(x, x.dtype.type(info.min), hi)).astype(dtype)
+
+
+op("cast", UNARY, _cast_np, "{dtype}({0})",
           lambda g, y, x, dtype: (g.cast(x.dtype) if x.dtype in FLOATS else None,),
           dtype=lambda d, dtype: dtype, donors=())
 
@@ -144,6 +154,15 @@ def _extreme_grad(g, y, x, dims):
 
 
 def _sum_np(x, dims):
+    if x.dtype == np.int32:
+        # exact or an error, never wrapped: added in int64, then checked against int32's range
+        # (Wgpu, which has no 64-bit ints, wraps as WGSL's i32 does)
+        wide = np.add.reduce(x, axis=dims, keepdims=True, dtype=np.int64)
+        if wide.size and (wide.min() < -2**31 or wide.max() >= 2**31):
+            raise DTypeError(f"sum: the int32 sum over dims {list(dims)} of shape "
+                             f"{S.fmt(x.shape)} reaches {int(np.abs(wide).max())}, outside "
+                             "int32's range; .cast('int64') (or 'float32') before summing")
+        return wide.astype(np.int32)
     if 0 in dims and len(dims) > 1:
         # the leading dim first, as whole planes added one after another, then the rest of
         # one plane: NumPy given (0, 2, 3) of [N, C, H, W] at once (batch norm, bias

@@ -79,6 +79,14 @@ class Pool:
             if reserved > self.peak_bytes_reserved:
                 self.peak_bytes_reserved = reserved
         if gpu is None:
+            limit = self.device.bridge.limits.get("max_buffer")
+            if limit is not None and size > limit:
+                with self._lock:
+                    self.bytes_in_use -= size
+                    self.buffers_in_use -= 1
+                # a MemoryError: the Tensor layer names the op and the shape
+                raise MemoryError(f"a buffer of {size} bytes is over this device's "
+                                  f"maxBufferSize ({limit})")
             gpu = self.device.bridge.create_buffer(size)
             self.allocations += 1
             with self._lock:
