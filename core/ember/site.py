@@ -383,15 +383,6 @@ def write_landing(out, info):
 
 
 # ---- the output folder -----------------------------------------------------------------------
-def is_site_build(folder):
-    """Whether `folder` holds a build of `ember site` (its build-info.json says so)."""
-    try:
-        info = json.loads((Path(folder) / "build-info.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(info, dict) and info.get("format") == SITE_FORMAT
-
-
 def check_out(out, root):
     """Refuse an output folder ember must not replace: a file, a non-empty folder that is not
     an earlier build, `/`, the home folder, the checkout, the current folder or any folder
@@ -405,10 +396,16 @@ def check_out(out, root):
                               "that holds it; choose a new folder such as build/site")
     if out.exists() and not out.is_dir():
         raise FolderError(f"--out {out} is a file, not a folder; choose a new folder")
-    if out.is_dir() and any(out.iterdir()) and not is_site_build(out):
+    try:
+        info = json.loads((out / "build-info.json").read_text())
+    except (OSError, ValueError):
+        info = None
+    if out.is_dir() and any(out.iterdir()) and not (
+            isinstance(info, dict) and info.get("format") == SITE_FORMAT):
         raise FolderError(f"--out {out} holds files that are not a build of `ember site` (no "
                           f"build-info.json of format {SITE_FORMAT}); ember replaces only its own "
-                          "builds: choose a new or empty folder, or empty this one yourself")
+                          "builds: choose a new or empty folder, or empty this one yourself (so "
+                          "too for a build of an ember that did not mark its builds)")
     return out
 
 

@@ -415,7 +415,7 @@ class Learner:
             return None
         state = self.state_dict()
         kept = f"the newest checkpoint, {self.last_checkpoint}, is kept" \
-            if self.last_checkpoint else "no checkpoint was written"
+            if self.last_checkpoint else "no checkpoint was written yet"
         if not all(np.isfinite(a).all() for a in state["model"].values()):
             raise FloatingPointError(f"the weights are not finite after step {self.step}: "
                                      f"training diverged (a lower learning rate?); {kept}")
