@@ -88,8 +88,9 @@ def test_python_dash_m_ember_is_the_ember_command():
     assert "Traceback" not in run.stderr
 
 
-@pytest.mark.parametrize("port, message", [("99999", "at most 65535, got 99999"),
-                                           ("-1", "at least 0"), ("http", "expected an integer")])
+@pytest.mark.parametrize("port, message", [
+    ("99999", "at most 65535, got 99999"), ("-1", "at least 0"),
+    ("http", "invalid integer value: 'http'")])
 def test_demo_port_out_of_range_is_a_usage_error(port, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["demo", "--no-build", "--port", port])

@@ -44,20 +44,14 @@ def _bench(args):
         return 2
 
 
-def _failed(command, e):
-    """The exit status of a site build that failed: 2 for a refused --out folder."""
-    from . import site
-    print(f"ember {command}: {e}", file=sys.stderr)
-    return 2 if isinstance(e, site.FolderError) else 1
-
-
 def _site(args):
     from . import site
     try:
         info = site.build_site(args.out, fast_start=args.fast_start,
                                log=lambda m: print(f"ember site: {m}", file=sys.stderr))
     except (site.SiteError, OSError) as e:
-        return _failed("site", e)
+        print(f"ember site: {e}", file=sys.stderr)
+        return 2 if isinstance(e, site.FolderError) else 1  # 2: a refused --out
     print(f"built {args.out}: ember {info['ember']} on Pyodide {info['pyodide']}; "
           f"start-up: {', '.join(info['techniques']) or 'stock files'}")
     return 0
@@ -76,7 +70,8 @@ def _demo(args):
             raise site.SiteError(f"--no-build, but {out} holds no built site")
         server = site.SiteServer(out, port=args.port, verbose=args.verbose)
     except (site.SiteError, OSError) as e:
-        return _failed("demo", e)
+        print(f"ember demo: {e}", file=sys.stderr)
+        return 2 if isinstance(e, site.FolderError) else 1
     print(f"ember demo: serving {out} at {server.url} (the playground: {server.url}playground/)"
           "; Ctrl-C stops it", flush=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops it as Ctrl-C does
@@ -96,17 +91,14 @@ def _train(args):
 
 def int_range(low, high=None):
     """An argparse type: an integer in [low, high]."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    def integer(text):  # (argparse names it in "invalid integer value")
+        value = int(text)
         if value < low or (high is not None and value > high):
             raise argparse.ArgumentTypeError(
                 f"must be at least {low}" + (f" and at most {high}" if high is not None else "")
                 + f", got {value}")
         return value
-    return parse
+    return integer
 
 
 _positive = int_range(1)

@@ -200,7 +200,7 @@ def test_a_full_disk_stops_the_run_with_a_message_and_no_damage(mnist_ready, tmp
     (["--limit", "0"], "--limit: must be at least 1, got 0"),
     (["--seed", "-1"], "--seed: must be at least 0, got -1"),
     (["--epochs", "0"], "--epochs: must be at least 1"),
-    (["--batch-size", "x"], "--batch-size: expected an integer, got 'x'"),
+    (["--batch-size", "x"], "--batch-size: invalid integer value: 'x'"),
     (["--lr", "0"], "--lr must be > 0"),
     (["--lr", "nan"], "--lr must be > 0"),
     (["--backend", "nosuch"], "unknown backend 'nosuch'"),
