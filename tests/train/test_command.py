@@ -140,6 +140,15 @@ def test_resume_falls_back_from_a_damaged_newest_checkpoint(mnist_ready, tmp_pat
     assert not leftover.exists() and mine.read_text() == "mine"
 
 
+def test_resume_refuses_a_new_lr_rather_than_ignoring_it(mnist_ready, tmp_path):
+    run = tmp_path / "run"
+    assert _run(SMALL + ["--epochs", "1", "--out", str(run)], tmp_path).returncode == 0
+    bad = _run(["train", "mnist", "--epochs", "2", "--lr", "1e-5", "--out", str(run),
+                "--resume"], tmp_path)
+    assert bad.returncode == 2 and "--lr cannot change on --resume (the run uses 0.002)" in \
+        bad.stderr
+
+
 def test_resume_with_no_readable_checkpoint_is_a_clear_error(tmp_path):
     folder = tmp_path / "run" / "checkpoints"
     folder.mkdir(parents=True)
@@ -193,6 +202,18 @@ def test_a_full_disk_stops_the_run_with_a_message_and_no_damage(mnist_ready, tmp
     assert first.name == "ckpt-e0001-s00000008.safetensors" and f"{first}, is kept" in err
     assert train.checkpoint.load(first)["step"] == 8
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [first.name]  # no .tmp
+
+
+def test_a_full_disk_at_the_final_outputs_is_a_message_too(mnist_ready, tmp_path, monkeypatch,
+                                                          capsys):
+    from ember import cli
+    full_disk_at(monkeypatch, "model.safetensors")
+    run = tmp_path / "run"
+    assert cli.main([*SMALL, "--epochs", "1", "--out", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert "stopped: [Errno 28] No space left on device" in err
+    (last,) = train.checkpoint.list_checkpoints(run / "checkpoints")
+    assert f"newest complete checkpoint: {last}" in err and not (run / "model.safetensors").exists()
 
 
 @pytest.mark.parametrize("args, message", [

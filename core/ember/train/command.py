@@ -123,7 +123,8 @@ def run(args):
     for key in ("epochs", "batch_size", "lr", "seed", "limit"):
         value = getattr(args, key)
         if value is not None:
-            if resume_from is not None and key in ("batch_size", "seed", "limit") \
+            # (the checkpoint's LR schedule is restored as it was: a new --lr would be ignored)
+            if resume_from is not None and key in ("batch_size", "lr", "seed", "limit") \
                     and value != config[key]:
                 print(f"ember train: --{key.replace('_', '-')} cannot change on --resume (the "
                       f"run uses {config[key]})", file=sys.stderr)
