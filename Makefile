@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# what `make site` / `make demo` need alone: ember and .[site] (no PyTorch, no test tools)
+SITE_STAMP := $(VENV)/.installed-site
 
 # wgpu-py on Mesa's lavapipe (the Wgpu backend's tests on machines without a GPU): a private
 # runtime dir silences its warning, and Mesa keeps compiled shaders between runs.
@@ -20,11 +22,17 @@ TEST_DIRS := tests
 
 venv: $(STAMP)
 
-# Rebuilt whenever pyproject.toml changes (new dependency, new extra).
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Rebuilt whenever pyproject.toml changes (new dependency, new extra).
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,e2e]'
+	touch $@
+
+$(SITE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[site]'
 	touch $@
 
 lint: $(STAMP)
@@ -58,12 +66,12 @@ e2e: $(STAMP) deps
 kernels: $(STAMP) deps
 	$(BIN)/python -m ember.backends.wasm.build
 
-site: $(STAMP) deps
+site: $(SITE_STAMP) deps
 	$(BIN)/ember site --out build/site
 
 # Builds the site into build/site and serves it on http://127.0.0.1:8000/ (Ctrl-C stops it). The
 # build needs Node/npm (Pyodide, precompiling) and clang-19 (the WebAssembly kernels): deps.
-demo: $(STAMP) deps
+demo: $(SITE_STAMP) deps
 	$(BIN)/ember demo
 
 bench: $(STAMP)

@@ -69,3 +69,31 @@ def test_bench_repeat_must_be_positive(capsys):
         cli.main(["bench", "--repeat", "0"])
     assert exit_.value.code == 2
     assert "at least 1" in capsys.readouterr().err
+
+
+def test_python_dash_m_ember_is_the_ember_command():
+    import subprocess
+    import sys
+
+    import ember
+    run = subprocess.run([sys.executable, "-m", "ember", "--version"], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.strip() == f"ember {ember.__version__}"
+    run = subprocess.run([sys.executable, "-m", "ember"], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2 and run.stderr == cli.build_parser().format_help()
+    run = subprocess.run([sys.executable, "-m", "ember", "train", "mnist", "--limit", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--limit: must be at least 1, got 0" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("port, message", [
+    ("99999", "at most 65535, got 99999"), ("-1", "at least 0"),
+    ("http", "invalid integer value: 'http'")])
+def test_demo_port_out_of_range_is_a_usage_error(port, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["demo", "--no-build", "--port", port])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: ember demo" in err and "error: argument --port: " in err and message in err

@@ -5,6 +5,7 @@ The real build and the browser are exercised in e2e/."""
 import ast
 import asyncio
 import hashlib
+import json
 import urllib.error
 import urllib.request
 import zipfile
@@ -228,3 +229,245 @@ def test_landing_page_lists_built_pages(tmp_path):
     text = (tmp_path / "index.html").read_text()
     assert 'href="playground/"' in text and 'href="demos/mnist/"' in text
     assert 'href="pyscript/"' not in text and "stock files" in text
+
+
+# ---- the output folder: nothing ember did not build is ever deleted ---------------------------
+def fake_build(folder, marker=True):
+    folder.mkdir(parents=True)
+    info = {"format": site.SITE_FORMAT} if marker else {"ember": "0.1.0"}
+    (folder / "build-info.json").write_text(json.dumps(info))
+    (folder / "index.html").write_text("the old build")
+    (folder / "web").mkdir()
+    (folder / "web" / "ember.js").write_text("old")
+    return folder
+
+
+def listing(folder):
+    return sorted((str(p.relative_to(folder)), p.read_bytes() if p.is_file() else None)
+                  for p in folder.rglob("*"))
+
+
+@pytest.fixture
+def no_downloads(monkeypatch):
+    """build_site fails at its first step, a download, if it ever gets that far."""
+    def npm_pack(*a, **kw):
+        raise site.SiteError("npm pack called")
+    monkeypatch.setattr(site, "npm_pack", npm_pack)
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A fake checkout, home and current folder: tmp/home/src (cwd: tmp/home/src/work)."""
+    home = tmp_path / "home"
+    root = home / "src"
+    (root / "work").mkdir(parents=True)
+    (home / "notes.txt").write_text("mine")
+    (root / "pyproject.toml").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(root / "work")
+    return root
+
+
+def test_a_folder_with_a_users_files_is_refused_and_kept(tmp_path, no_downloads, capsys):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    before = listing(mine)
+    with pytest.raises(site.FolderError, match="not a build of `ember site`"):
+        site.build_site(mine, root=ROOT)
+    assert cli.main(["site", "--out", str(mine)]) == 2  # a usage error, not a traceback
+    err = capsys.readouterr().err
+    assert f"--out {mine} holds files that are not a build" in err and "choose a new" in err
+    assert listing(mine) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # no sibling left behind
+
+
+@pytest.mark.parametrize("info", ['{"ember": "0.1.0", "pyodide": "0.27.7"}', "not json", "[1]",
+                                  '{"format": "ember.site/0"}'])
+def test_a_build_info_without_ember_s_marker_is_not_enough(tmp_path, no_downloads, info):
+    folder = fake_build(tmp_path / "site")
+    (folder / "build-info.json").write_text(info)
+    before = listing(folder)
+    with pytest.raises(site.FolderError, match="not a build"):
+        site.build_site(folder, root=ROOT)
+    assert listing(folder) == before
+
+
+def test_home_the_checkout_and_the_current_folder_are_refused(checkout, no_downloads, capsys):
+    home, cwd = checkout.parent, checkout / "work"
+    before = listing(home.parent)
+    for out in (home, home.parent, checkout, cwd, cwd.parent, Path("/"), "."):
+        with pytest.raises(site.FolderError, match="refusing to build over"):
+            site.check_out(out, checkout)  # only a check: nothing is touched
+    for out in (home, checkout, cwd, "."):  # what build_site does with them (no "/" here)
+        with pytest.raises(site.FolderError):
+            site.build_site(out, root=checkout)
+    with pytest.raises(site.FolderError, match="the ember checkout"):
+        site.check_out(ROOT, ROOT)  # the real checkout, checked only
+    assert cli.main(["site", "--out", str(home)]) == 2
+    assert "refusing to build over your home folder" in capsys.readouterr().err
+    assert cli.main(["demo", "--out", str(cwd.parent)]) == 2
+    assert "refusing to build over the current folder" in capsys.readouterr().err
+    assert listing(home.parent) == before
+    # inside them is fine: build/site of the checkout, a new folder in home
+    assert site.check_out(checkout / "build" / "site", checkout) == checkout / "build" / "site"
+    assert site.check_out(home / "site", checkout) == home / "site"
+
+
+def test_a_file_is_refused(tmp_path, no_downloads):
+    (tmp_path / "site").write_text("a file")
+    with pytest.raises(site.FolderError, match="is a file"):
+        site.build_site(tmp_path / "site", root=ROOT)
+    assert (tmp_path / "site").read_text() == "a file"
+
+
+def test_an_earlier_build_is_replaced_only_once_the_new_one_is_complete(tmp_path):
+    out = fake_build(tmp_path / "site")
+    with site.replacing(out, ROOT) as new:
+        assert new.parent == tmp_path and new.name.startswith(".site.") and new != out
+        assert listing(out)[0][0] == "build-info.json"  # still the old build meanwhile
+        (new / "build-info.json").write_text(json.dumps({"format": site.SITE_FORMAT}))
+        (new / "index.html").write_text("the new build")
+    assert (out / "index.html").read_text() == "the new build" and not (out / "web").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]
+
+
+def test_a_failed_build_leaves_the_earlier_build_as_it_was(tmp_path, monkeypatch):
+    out = fake_build(tmp_path / "site")
+    before = listing(out)
+
+    def fails(*a, **kw):
+        raise site.SiteError("pyodide tarball damaged")
+    monkeypatch.setattr(site, "npm_pack", lambda spec, cache, log: tmp_path / "x.tgz")
+    monkeypatch.setattr(site, "pip_download", lambda specs, cache, log: [tmp_path / "x.whl"])
+    monkeypatch.setattr(site, "extract_pyodide", fails)
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(site.SiteError, match="damaged"):
+        site.build_site(out, root=ROOT)
+    assert listing(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "site"]
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C during a build: the same
+        with site.replacing(out, ROOT) as new:
+            (new / "index.html").write_text("half")
+            raise KeyboardInterrupt
+    assert listing(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["cache",
+                                                                                     "site"]
+
+
+def test_an_empty_or_missing_folder_is_built_into(tmp_path):
+    for out in (tmp_path / "empty", tmp_path / "new" / "deeper"):
+        if out.name == "empty":
+            out.mkdir()
+        with site.replacing(out, ROOT) as new:
+            (new / "index.html").write_text("built")
+        assert (out / "index.html").read_text() == "built"
+
+
+# ---- the server under odd and many requests ---------------------------------------------------
+def raw_request(server, request, timeout=30):
+    """The whole answer (until the server closes) to the raw bytes `request`."""
+    import socket
+    with socket.create_connection(server.server_address, timeout=timeout) as s:
+        s.sendall(request)
+        return read_all(s)
+
+
+def read_all(sock):
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_a_folder_url_serves_its_index_or_404(served, tmp_path):
+    (tmp_path / "page").mkdir()
+    (tmp_path / "page" / "index.html").write_text("<p>page</p>")
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "bare" / "data.bin").write_bytes(b"x")
+    with urllib.request.urlopen(served.url + "page/") as r:
+        assert r.read() == b"<p>page</p>"
+    with urllib.request.urlopen(served.url + "page") as r:  # redirected to page/
+        assert r.url.endswith("/page/") and r.read() == b"<p>page</p>"
+    with pytest.raises(urllib.error.HTTPError) as e:  # no listing of a folder without index
+        urllib.request.urlopen(served.url + "bare/")
+    assert e.value.code == 404 and b"data.bin" not in e.value.read()
+    answer = raw_request(served, b"GET /bare/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
+    assert head.startswith(b"HTTP/1.1 404") and len(body) == length  # the body it announces
+
+
+@pytest.mark.parametrize("path", [b"/a%00b", b"/index.html%00.js", b"/a\x00b"])
+def test_a_nul_byte_in_the_path_is_answered_400(served, path):
+    answer = raw_request(served, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n"
+                                 b"Connection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400")
+    with urllib.request.urlopen(served.url + "index.html") as r:  # and it serves on
+        assert r.status == 200
+
+
+def test_traversal_stays_refused(served, tmp_path):
+    (tmp_path.parent / "secret.txt").write_text("secret")
+    for path in (b"/../secret.txt", b"/%2e%2e/secret.txt", b"/..%2fsecret.txt"):
+        answer = raw_request(served, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n"
+                                     b"Connection: close\r\n\r\n")
+        assert b"secret" not in answer.partition(b"\r\n\r\n")[2] and b" 200 " not in answer[:16]
+
+
+def test_200_connections_made_before_the_server_accepts_are_all_answered(tmp_path):
+    import socket
+    (tmp_path / "index.html").write_text("hello")
+    server = site.SiteServer(tmp_path)  # listening, not yet accepting: all wait in the backlog
+    assert server.server_address[0] == "127.0.0.1"
+    try:
+        # with a backlog of 5 the seventh connect already hangs (its SYN dropped)
+        socks = [socket.create_connection(server.server_address, timeout=10) for _ in range(200)]
+        for s in socks:
+            s.settimeout(60)
+            s.sendall(b"GET /index.html HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        server.start()
+        answers = [read_all(s) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+        server.shutdown()
+        server.server_close()
+    assert all(a.startswith(b"HTTP/1.1 200") and a.endswith(b"hello") for a in answers)
+    assert len(server.answered) == 200
+
+
+def test_an_idle_connection_is_closed(tmp_path, monkeypatch):
+    import socket
+    assert 0 < site.Handler.timeout <= 60  # by default (None: a connection may idle for good)
+    monkeypatch.setattr(site.Handler, "timeout", 0.5)  # the same, sooner
+    server = site.SiteServer(tmp_path).start()
+    try:
+        with socket.create_connection(server.server_address, timeout=60) as idle:
+            assert idle.recv(1) == b""  # closed by the server, not by this 60 s timeout
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_connections_are_served_a_bounded_number_at_a_time(tmp_path, monkeypatch):
+    import socket
+    monkeypatch.setattr(site.SiteServer, "max_connections", 2)
+    (tmp_path / "index.html").write_text("hello")
+    server = site.SiteServer(tmp_path).start()
+    idle = [socket.create_connection(server.server_address, timeout=60) for _ in range(2)]
+    waiting = socket.create_connection(server.server_address, timeout=1)
+    try:
+        waiting.sendall(b"GET /index.html HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        with pytest.raises(TimeoutError):  # two connections hold both slots: it waits
+            waiting.recv(1)
+        for s in idle:
+            s.close()
+        waiting.settimeout(60)
+        assert read_all(waiting).endswith(b"hello")  # a slot freed: served
+    finally:
+        for s in [*idle, waiting]:
+            s.close()
+        server.shutdown()
+        server.server_close()
+    assert server.answered == [("/index.html", 200)]

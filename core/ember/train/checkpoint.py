@@ -10,11 +10,14 @@ fsynced, then renamed: ember.record's writer), holding everything a run needs to
 
 Files are named ckpt-e<epoch>-s<step>.safetensors; `latest(folder)` is the one with the
 highest step. Only complete files ever carry that name, so a crash or a second Ctrl-C
-can leave the previous checkpoint or the new one, never half of one.
+can leave the previous checkpoint or the new one, never half of one (and the temporary file
+of the interrupted write, which the next save deletes). `load(folder)` takes the newest
+checkpoint that can be read, saying on stderr which newer ones it skipped (a damaged disk).
 """
 
 import os
 import re
+import sys
 from pathlib import Path
 
 from .. import record
@@ -23,6 +26,8 @@ __all__ = ["CheckpointError", "checkpoint_name", "latest", "list_checkpoints", "
 
 FORMAT = "ember.train.checkpoint/1"
 _NAME = re.compile(r"^ckpt-e(\d+)-s(\d+)\.safetensors$")
+# the temporary file of a checkpoint being written (ember.record's atomic_write names it so)
+_TMP = re.compile(r"^\.ckpt-e\d+-s\d+\.safetensors\.[0-9a-f]+\.tmp$")
 
 
 class CheckpointError(RuntimeError):
@@ -54,32 +59,53 @@ def latest(folder):
 
 def save(state, folder, epoch, step, keep_last=None):
     """Write `state` (a dict for record.save_state) as the checkpoint of (epoch, step) in
-    `folder`, then delete all but the `keep_last` newest. Returns the path."""
+    `folder`, then delete all but the `keep_last` newest and what interrupted writes left.
+    Returns the path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / checkpoint_name(epoch, step)
     record.save_state({"format": FORMAT, **state}, path)
-    if keep_last is not None and keep_last > 0:
-        for old in list_checkpoints(folder)[:-keep_last]:
-            if old != path:
-                try:
-                    os.unlink(old)
-                except OSError:
-                    pass
+    old = list_checkpoints(folder)[:-keep_last] if keep_last is not None and keep_last > 0 else []
+    for p in old + [p for p in folder.iterdir() if _TMP.match(p.name)]:
+        if p != path:
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
     return path
 
 
 def load(path):
-    """The state a checkpoint holds (NumPy arrays and plain values)."""
+    """The state a checkpoint holds (NumPy arrays and plain values): of the file `path`, or of
+    the newest checkpoint of the folder `path` that can be read."""
     path = Path(path)
-    if path.is_dir():
-        found = latest(path)
-        if found is None:
-            raise CheckpointError(f"no checkpoint (ckpt-*.safetensors) in {path}")
-        path = found
+    if not path.is_dir():
+        return _load_file(path)
+    found = list_checkpoints(path)
+    if not found:
+        raise CheckpointError(f"no checkpoint (ckpt-*.safetensors) in {path}")
+    failed = []
+    for p in reversed(found):
+        try:
+            state = _load_file(p)
+        except CheckpointError as e:
+            failed.append(str(e))
+            print(f"ember.train: skipping {e}", file=sys.stderr)
+            continue
+        if failed:
+            print(f"ember.train: using {p}, the newest checkpoint that can be read",
+                  file=sys.stderr)
+        return state
+    raise CheckpointError(f"no checkpoint in {path} can be read: {'; '.join(failed)}")
+
+
+def _load_file(path):
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
-    state = record.load_state(path)
+    try:
+        state = record.load_state(path)
+    except (ValueError, OSError) as e:  # record's errors are ValueErrors
+        raise CheckpointError(f"checkpoint {path} cannot be read: {e}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path} is not an ember.train checkpoint (format "
                               f"{state.get('format') if isinstance(state, dict) else None!r})")

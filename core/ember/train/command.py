@@ -12,9 +12,10 @@ Outputs in --out (default runs/<dataset>): checkpoints/, model.safetensors (last
 best.safetensors (best valid accuracy), history.json, curves.png. --export PATH also writes
 the weights with the metadata ember.models reads (config, test accuracy, command, time).
 
-Ctrl-C (or q in the TUI) stops after the current step with a checkpoint; `--resume`
-continues the run in --out from its newest checkpoint (or from the file given), with the
-settings the run started with.
+Ctrl-C, SIGTERM (or q in the TUI) stops after the current step with a checkpoint and exits
+with status 130; `--resume` continues the run in --out from its newest checkpoint that can be
+read (or from the file given), with the settings the run started with. A non-finite loss stops
+the run (status 1) before it reaches a checkpoint, as does a checkpoint that cannot be written.
 """
 
 import json
@@ -33,12 +34,14 @@ RECIPES = {
 
 def add_arguments(parser):
     """The options of `ember train` (cli.py calls this)."""
+    from ..cli import int_range
     parser.add_argument("dataset", choices=sorted(RECIPES), help="what to train on")
     parser.add_argument("--backend", default=None,
                         help="backend name (ndarray, wgpu, ...; default $EMBER_BACKEND or "
                              "ndarray); training runs on Autodiff(<backend>)")
-    parser.add_argument("--epochs", type=int, default=None, help="epochs (default: the recipe's)")
-    parser.add_argument("--batch-size", type=int, default=None,
+    parser.add_argument("--epochs", type=int_range(1), default=None,
+                        help="epochs (default: the recipe's)")
+    parser.add_argument("--batch-size", type=int_range(1), default=None,
                         help="batch size (default: the recipe's)")
     parser.add_argument("--lr", type=float, default=None,
                         help="peak learning rate (default: the recipe's)")
@@ -49,8 +52,9 @@ def add_arguments(parser):
                         help="output folder (default: runs/<dataset>)")
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                         help="continue from the newest checkpoint in --out (or this file)")
-    parser.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
-    parser.add_argument("--limit", type=int, default=None, metavar="N",
+    parser.add_argument("--seed", type=int_range(0), default=None,
+                        help="random seed (default 0)")
+    parser.add_argument("--limit", type=int_range(1), default=None, metavar="N",
                         help="use only N training items (and N/4 test items), a fixed random "
                              "subset: for quick trials")
     parser.add_argument("--export", default=None, metavar="PATH",
@@ -95,6 +99,7 @@ def run(args):
     from .. import nn, optim
     from ..data import DataError, DataLoader
     from ..distribution import seed as ember_seed
+    from ..errors import BackendError
     from ..models import ConvNet
     from . import Accuracy, CpuUse, Learner, LearningRate, Loss, MemoryUse
     from .checkpoint import CheckpointError, latest
@@ -105,9 +110,6 @@ def run(args):
     resume_from = None
     if args.resume is not None:
         resume_from = out / "checkpoints" if args.resume is True else Path(args.resume)
-        if resume_from.is_dir() and latest(resume_from) is None:
-            print(f"ember train: --resume: no checkpoint in {resume_from}", file=sys.stderr)
-            return 2
         try:
             saved = load_checkpoint(resume_from)
         except CheckpointError as e:
@@ -121,19 +123,33 @@ def run(args):
     for key in ("epochs", "batch_size", "lr", "seed", "limit"):
         value = getattr(args, key)
         if value is not None:
-            if resume_from is not None and key in ("batch_size", "seed", "limit") \
+            # (the checkpoint's LR schedule is restored as it was: a new --lr would be ignored)
+            if resume_from is not None and key in ("batch_size", "lr", "seed", "limit") \
                     and value != config[key]:
                 print(f"ember train: --{key.replace('_', '-')} cannot change on --resume (the "
                       f"run uses {config[key]})", file=sys.stderr)
                 return 2
             config[key] = value
-    if config["epochs"] < 1 or config["batch_size"] < 1 or not config["lr"] > 0:
-        print("ember train: --epochs and --batch-size must be >= 1 and --lr > 0",
-              file=sys.stderr)
+    if not config["lr"] > 0:
+        print(f"ember train: --lr must be > 0, got {config['lr']}", file=sys.stderr)
         return 2
+    checks = [("--out", out, _unwritable(out))]  # now, not after an epoch of training
+    if args.export:
+        export = Path(args.export)
+        checks.append(("--export", export, "it is a folder (--export names a file)"
+                       if export.is_dir() else _unwritable(export.parent)))
+    for option, path, why in checks:
+        if why:
+            print(f"ember train: cannot write {option} {path}: {why}; choose a path you can "
+                  "write to", file=sys.stderr)
+            return 2
 
     try:
         backend = _backend(args.backend)
+    except BackendError as e:
+        print(f"ember train: --backend: {e}", file=sys.stderr)
+        return 2
+    try:
         train_set, test_set = _datasets(args.dataset, config["limit"])
     except DataError as e:
         print(f"ember train: {e}", file=sys.stderr)
@@ -154,7 +170,7 @@ def run(args):
                       extra_state={"config": config}, resume_hint=command,
                       title=f"ember train {args.dataset} ({backend})")
     if resume_from is not None:
-        learner.resume(resume_from)
+        learner.resume(saved["path"])  # the file load_checkpoint chose
         if learner.epochs != config["epochs"]:  # a longer (or shorter) run: re-plan the decay
             sched = opt.scheduler
             sched.after.T_max = max(total_steps - sched.warmup_steps, 1)
@@ -164,14 +180,15 @@ def run(args):
         return 0
     try:
         model = learner.fit(train_loader, test_loader, epochs=config["epochs"])
-    except KeyboardInterrupt:  # a second Ctrl-C: stop at once, say what is safe on disk
+    except (KeyboardInterrupt, FloatingPointError, CheckpointError, OSError) as e:
+        # a second Ctrl-C stops at once; a diverged run or a full disk stops: say what is safe
         last = latest(out / "checkpoints")
-        print(f"\nember train: stopped at once (second Ctrl-C); newest complete checkpoint: "
-              f"{last or 'none'}" + (f"; resume with: {command}" if last else ""),
-              file=sys.stderr, flush=True)
-        return 130
+        why = " at once (second Ctrl-C)" if isinstance(e, KeyboardInterrupt) else f": {e}"
+        print(f"\nember train: stopped{why}; newest complete checkpoint: {last or 'none'}"
+              + (f"; resume with: {command}" if last else ""), file=sys.stderr, flush=True)
+        return 130 if isinstance(e, KeyboardInterrupt) else 1
     if learner.interrupted:
-        return 0
+        return 130
     accuracy = learner.history.epoch_values("Accuracy", "valid")
     final = accuracy[max(accuracy)] if accuracy else None
     print(f"ember train {args.dataset}: {learner.epoch} epochs, {learner.step} steps in "
@@ -179,9 +196,25 @@ def run(args):
           if final is not None else "ember train: done")
     print(f"outputs in {out}: model.safetensors, best.safetensors, history.json, curves.png")
     if args.export:
-        _export(model, Path(args.export), args.dataset, config, final, learner.seconds)
+        try:
+            _export(model, Path(args.export), args.dataset, config, final, learner.seconds)
+        except OSError as e:
+            print(f"ember train: could not write --export {args.export}: {e}", file=sys.stderr)
+            return 1
         print(f"exported the weights to {args.export}")
     return 0
+
+
+def _unwritable(folder):
+    """Why files cannot be written in `folder` (made if missing), or None when they can."""
+    import tempfile
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def _export(model, path, dataset, config, accuracy, seconds):

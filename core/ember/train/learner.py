@@ -10,10 +10,13 @@ optimizer has one, advances once per step). Validation runs on `model.valid()` (
 weights on the inner backend, eval mode, no tape). A model on a backend without Autodiff is
 moved onto Autodiff(that backend) for training (no copy).
 
-Stopping: Ctrl-C (SIGINT) or the dashboard's `q` lets the current step finish, writes a
-checkpoint (atomically), prints how to resume and returns the model, with
-`learner.interrupted` set. A second Ctrl-C raises KeyboardInterrupt at once; a checkpoint
-being written then is either complete or absent, never half written.
+Stopping: Ctrl-C (SIGINT), SIGTERM or the dashboard's `q` lets the current step finish, writes
+a checkpoint (atomically), prints how to resume and returns the model, with
+`learner.interrupted` set. A second signal raises KeyboardInterrupt at once; a checkpoint
+being written then is either complete or absent, never half written. A non-finite training
+loss raises FloatingPointError before its step updates the weights, and no checkpoint is ever
+written of non-finite weights; a checkpoint that cannot be written (a full disk) raises
+CheckpointError, the earlier checkpoints intact.
 
 Checkpoints (checkpoint_dir/checkpoints/): at every epoch end, every `checkpoint_every`
 steps and on interruption; the `keep_last` newest are kept. `best_metric=("valid",
@@ -83,12 +86,14 @@ class EarlyStopping:
 
 
 class _Stop:
-    """SIGINT handling while fitting: the first Ctrl-C asks for a clean stop, the second
-    raises KeyboardInterrupt. Installed only on the main thread (signals need it)."""
+    """SIGINT and SIGTERM handling while fitting: the first signal asks for a clean stop, the
+    second raises KeyboardInterrupt. Installed only on the main thread (signals need it)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, announce):
         self.requested, self.count, self.reason = False, 0, None
-        self._announce, self._old = announce, None
+        self._announce, self._old = announce, {}
 
     def request(self, reason):
         if not self.requested:
@@ -99,18 +104,19 @@ class _Stop:
         self.count += 1
         if self.count > 1:
             raise KeyboardInterrupt
-        self.request("Ctrl-C")
+        self.request("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            with contextlib.suppress(ValueError, OSError, AttributeError):
-                self._old = signal.signal(signal.SIGINT, self._handler)
+            for sig in self.SIGNALS:
+                with contextlib.suppress(ValueError, OSError, AttributeError):
+                    self._old[sig] = signal.signal(sig, self._handler)
         return self
 
     def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-            self._old = None
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
 
 
 class Learner:
@@ -211,7 +217,7 @@ class Learner:
         return self._seconds_before + running
 
     def _announce_stop(self, reason):
-        again = " (Ctrl-C again stops at once)" if reason == "Ctrl-C" else ""
+        again = f" ({reason} again stops at once)" if reason in ("Ctrl-C", "SIGTERM") else ""
         self.dashboard.message(f"{reason}: stopping after this step and writing a "
                                f"checkpoint{again}")
 
@@ -247,10 +253,16 @@ class Learner:
         x, y = self._inputs(batch, self._backend())
         logits = self.model(x)
         loss = self.loss_fn(logits, y)
+        value = float(loss.item())
+        if not np.isfinite(value):
+            raise FloatingPointError(
+                f"the training loss is {value} at step {self.step + 1} (epoch {self.epoch + 1}, "
+                f"batch {self.batch + 1}): training diverged (a lower learning rate?); stopped "
+                "before that step's update")
         lr = self.optimizer.lr
         grads = loss.backward()
         self.model = self.optimizer.step(self.model, grads)
-        return StepOutput("train", float(loss.item()),
+        return StepOutput("train", value,
                           logits.to_numpy() if needs_output else None,
                           _numpy(y), int(x.shape[0]), lr)
 
@@ -401,8 +413,19 @@ class Learner:
     def _checkpoint(self, reason=None):
         if self.checkpoint_dir is None:
             return None
-        path = ckpt.save(self.state_dict(), self.checkpoint_dir / "checkpoints", self.epoch,
-                         self.step, keep_last=self.keep_last)
+        state = self.state_dict()
+        kept = f"the newest checkpoint, {self.last_checkpoint}, is kept" \
+            if self.last_checkpoint else "no checkpoint was written yet"
+        if not all(np.isfinite(a).all() for a in state["model"].values()):
+            raise FloatingPointError(f"the weights are not finite after step {self.step}: "
+                                     f"training diverged (a lower learning rate?); {kept}")
+        try:
+            path = ckpt.save(state, self.checkpoint_dir / "checkpoints", self.epoch, self.step,
+                             keep_last=self.keep_last)
+        except OSError as e:
+            raise ckpt.CheckpointError(f"could not write the checkpoint of step {self.step} in "
+                                       f"{self.checkpoint_dir / 'checkpoints'} ({e}); {kept}") \
+                from None
         self.last_checkpoint = path
         if reason is not None:
             self.dashboard.message(f"checkpoint written: {path}")
