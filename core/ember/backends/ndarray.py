@@ -14,8 +14,7 @@ import sys
 
 import numpy as np
 
-from .. import backend as _backend
-from ..backend import sole_owner
+from ..backend.base import Backend, sole_owner
 
 # Silent on overflow, 0/0, log(0), inf - inf, as every GPU backend is. np.errstate costs ~1 us
 # a call; setting NumPy's own context variable directly costs a tenth of that.
@@ -60,7 +59,7 @@ def _keep_heap():
         pass
 
 
-class NdArray(_backend.Backend):
+class NdArray(Backend):
     """The NumPy backend. `NdArray(inplace=False)` turns the ownership optimisation off.
     The first one made sets glibc's malloc to keep freed memory (see _keep_heap)."""
 
@@ -112,8 +111,6 @@ class NdArray(_backend.Backend):
         view.flags.writeable = False
         return view
 
-
-_backend.register("ndarray", NdArray)
 
 # Inside Pyodide NumPy has no BLAS and no SIMD: float32 GEMMs above a break-even size go to
 # WebAssembly SIMD kernels (backends/wasm), loaded when first needed; natively NumPy's BLAS keeps

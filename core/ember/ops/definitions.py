@@ -11,26 +11,27 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import DTypeError, ShapeError
-from . import (
+from . import kernels
+from .numerics import INV_SQRT_2PI as _INV_SQRT_2PI
+from .numerics import erf as _np_erf
+from .numerics import gelu as _np_gelu
+from .numerics import gelu_grad as _np_gelu_grad
+from .table import (
     BINARY,
     COMPARE,
     FLOATS,
     INDEX,
     LINALG,
+    MAP,
     MOVEMENT,
     NUMBERS,
     REDUCE,
     SOURCE,
     UNARY,
     _run,
-    kernels,
     one_dtype,
     op,
 )
-from .numerics import INV_SQRT_2PI as _INV_SQRT_2PI
-from .numerics import erf as _np_erf
-from .numerics import gelu as _np_gelu
-from .numerics import gelu_grad as _np_gelu_grad
 
 
 # ---- unary -------------------------------------------------------------------------------
@@ -173,17 +174,17 @@ def _sum_np(x, dims):
     return np.add.reduce(x, axis=dims, keepdims=True, dtype=x.dtype)
 
 
-op("sum", REDUCE, _sum_np, "sum", lambda g, y, x, dims: (g.expand(x.shape),), dtypes=NUMBERS)
-op("max", REDUCE, lambda x, dims: np.maximum.reduce(x, axis=dims, keepdims=True), "max",
+op("sum", REDUCE, _sum_np, None, lambda g, y, x, dims: (g.expand(x.shape),), dtypes=NUMBERS)
+op("max", REDUCE, lambda x, dims: np.maximum.reduce(x, axis=dims, keepdims=True), None,
          _extreme_grad, saves=(0, "out"), shape=_nonempty("max"))
-op("min", REDUCE, lambda x, dims: np.minimum.reduce(x, axis=dims, keepdims=True), "min",
+op("min", REDUCE, lambda x, dims: np.minimum.reduce(x, axis=dims, keepdims=True), None,
          _extreme_grad, saves=(0, "out"), shape=_nonempty("min"))
 op("argmax", REDUCE,
             lambda x, dims: np.argmax(x, axis=dims[0], keepdims=True).astype(DEFAULT_INT),
-            "argmax", shape=_nonempty("argmax"), dtype=lambda d, dims: DEFAULT_INT)
+            None, shape=_nonempty("argmax"), dtype=lambda d, dims: DEFAULT_INT)
 op("argmin", REDUCE,
             lambda x, dims: np.argmin(x, axis=dims[0], keepdims=True).astype(DEFAULT_INT),
-            "argmin", shape=_nonempty("argmin"), dtype=lambda d, dims: DEFAULT_INT)
+            None, shape=_nonempty("argmin"), dtype=lambda d, dims: DEFAULT_INT)
 
 
 # ---- movement: views where the backend can, copies otherwise ------------------------------
@@ -245,7 +246,7 @@ op("permute", MOVEMENT, lambda x, dims: x.transpose(dims), None,
 op("expand", MOVEMENT, lambda x, shape_to: np.broadcast_to(x, shape_to), None,
             lambda g, y, x, shape_to: (g,), shape=_expand_rule, dtype=_same)
 op("slice", MOVEMENT, lambda x, starts, stops, steps: x[_np_slices(starts, stops, steps)],
-           "slice", _slice_grad, shape=_slice_rule, dtype=_same)
+           None, _slice_grad, shape=_slice_rule, dtype=_same)
 
 
 def _cat_rule(*shapes, dim):
@@ -268,7 +269,7 @@ def _cat_grad(g, y, *xs, dim):
     return tuple(grads)
 
 
-op("cat", MOVEMENT, lambda *xs, dim: np.concatenate(xs, axis=dim), "cat", _cat_grad,
+op("cat", MOVEMENT, lambda *xs, dim: np.concatenate(xs, axis=dim), None, _cat_grad,
          shape=_cat_rule, dtype=_same)
 
 
@@ -295,7 +296,7 @@ def _slice_assign_rule(shape, vshape, starts, stops, steps):
 
 
 op(
-    "slice_assign", INDEX, _slice_assign_np, "slice_assign",
+    "slice_assign", INDEX, _slice_assign_np, None,
     lambda g, y, x, v, starts, stops, steps: (
         g.slice_assign(_np_slices(starts, stops, steps), 0), g[_np_slices(starts, stops, steps)]),
     shape=_slice_assign_rule, dtype=_same, donors=(0,), scalars=True)
@@ -378,13 +379,13 @@ def _select_grad(g, y, x, idx, dim):
     return (g.new_zeros(x.shape).scatter(dim, full, g), None)
 
 
-op("gather", INDEX, _gather_np, "gather",
+op("gather", INDEX, _gather_np, None,
             lambda g, y, x, idx, dim: (g.new_zeros(x.shape).scatter(dim, idx, g), None),
             saves=(1,), shape=_gather_rule, dtype=_gather_dtype)
-op("scatter", INDEX, _scatter_np, "scatter",
+op("scatter", INDEX, _scatter_np, None,
              lambda g, y, x, idx, v, dim: (g, None, g.gather(dim, idx)),
              saves=(1,), shape=_scatter_rule, dtype=_scatter_dtype, donors=(0,))
-op("select", INDEX, _select_np, "select", _select_grad, saves=(1,),
+op("select", INDEX, _select_np, None, _select_grad, saves=(1,),
             shape=_select_rule, dtype=_select_dtype)
 
 
@@ -411,7 +412,7 @@ def _mask_where_dtype(d, m, v):
 
 
 op(
-    "mask_where", INDEX, _mask_where_np, "select({0}, {2}, {1})",
+    "mask_where", MAP, _mask_where_np, "select({0}, {2}, {1})",
     _mask_where_grad,
     saves=(1,), shape=lambda *s: S.broadcast("mask_where", *s), dtype=_mask_where_dtype,
     donors=(0,), scalars=True)
@@ -426,7 +427,7 @@ def _gelu_grad_grad(h, out, g, x, y):
     return (lambda: _run("gelu_grad", h, x, y), lambda: h * g * phi * (2 - x * x), None)
 
 
-op("gelu_grad", INDEX, lambda g, x, y: _np_gelu_grad(g, x, y), "({0} * op_gelu_grad({1}, {2}))",
+op("gelu_grad", MAP, lambda g, x, y: _np_gelu_grad(g, x, y), "({0} * op_gelu_grad({1}, {2}))",
    _gelu_grad_grad, saves=(0, 1, 2), shape=lambda *s: S.broadcast("gelu_grad", *s),
    dtype=one_dtype("gelu_grad"), dtypes=FLOATS)
 
@@ -442,7 +443,7 @@ def _matmul_rule(a, b):
 
 
 # kernels.matmul is np.matmul, or the WebAssembly GEMM inside Pyodide (looked up at each call)
-op("matmul", LINALG, lambda a, b: kernels.matmul(a, b), "matmul",
+op("matmul", LINALG, lambda a, b: kernels.matmul(a, b), None,
             lambda g, y, a, b: (lambda: g @ b.swap_dims(-1, -2), lambda: a.swap_dims(-1, -2) @ g),
             saves=(0, 1),
             shape=_matmul_rule, dtype=_same, dtypes=NUMBERS)
@@ -450,5 +451,5 @@ op("matmul", LINALG, lambda a, b: kernels.matmul(a, b), "matmul",
 
 # ---- sources ------------------------------------------------------------------------------
 op("full", SOURCE, lambda shape_to, value, dtype: np.full(shape_to, value, dtype=dtype),
-          "full", shape=lambda shape_to, value, dtype: shape_to,
+          None, shape=lambda shape_to, value, dtype: shape_to,
           dtype=lambda shape_to, value, dtype: dtype)

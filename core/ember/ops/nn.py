@@ -39,7 +39,8 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import ShapeError
-from . import FLOATS, INDEX, LINALG, NUMBERS, _run, _same_dtype, kernels, one_dtype, op
+from . import kernels
+from .table import FLOATS, LINALG, MAP, NUMBERS, WINDOW, _run, _same_dtype, one_dtype, op
 
 
 # ---- geometry -----------------------------------------------------------------------------
@@ -249,7 +250,7 @@ def _conv2d_grad(g, y, x, w, *bias, stride, padding, dilation, groups):
         lambda: g.sum_dim((0, 2, 3)).reshape(w.shape[0]))[:2 + len(bias)]
 
 
-op("conv2d", LINALG, _conv2d_np, "conv2d", _conv2d_grad, saves=(0, 1),
+op("conv2d", LINALG, _conv2d_np, None, _conv2d_grad, saves=(0, 1),
    shape=_conv2d_rule, dtype=one_dtype("conv2d"), dtypes=FLOATS)
 
 
@@ -361,7 +362,7 @@ def _conv_transpose2d_grad(g, y, x, w, stride, padding, dilation, groups):
                      dilation=dilation, groups=groups))
 
 
-op("conv_transpose2d", LINALG, _conv_transpose2d_np, "conv_transpose2d",
+op("conv_transpose2d", LINALG, _conv_transpose2d_np, None,
    _conv_transpose2d_grad, saves=(0, 1), shape=_conv_transpose2d_rule,
    dtype=one_dtype("conv_transpose2d"), dtypes=FLOATS)
 
@@ -420,7 +421,7 @@ def _conv2d_weight_grad(gw, y, x, g, kernel, stride, padding, dilation, groups):
                      groups=groups))
 
 
-op("conv2d_weight", LINALG, _conv2d_weight_np, "conv2d_weight", _conv2d_weight_grad,
+op("conv2d_weight", LINALG, _conv2d_weight_np, None, _conv2d_weight_grad,
    saves=(0, 1), shape=_conv2d_weight_rule, dtype=one_dtype("conv2d_weight"),
    dtypes=FLOATS)
 
@@ -516,7 +517,7 @@ def _int_out(*dtypes, **attrs):
     return DEFAULT_INT
 
 
-op("max_pool2d_indices", INDEX, _max_pool2d_indices_np, "max_pool2d_indices",
+op("max_pool2d_indices", WINDOW, _max_pool2d_indices_np, None,
    shape=_max_pool2d_indices_rule, dtype=_int_out, dtypes=NUMBERS)
 
 
@@ -548,7 +549,7 @@ def _max_pool2d_grad(g, y, x, **attrs):
     return (dx,)
 
 
-op("max_pool2d", INDEX, _max_pool2d_np, "max_pool2d", _max_pool2d_grad, saves=(0,),
+op("max_pool2d", WINDOW, _max_pool2d_np, None, _max_pool2d_grad, saves=(0,),
    shape=_max_pool2d_indices_rule, dtype=_same_dtype, dtypes=NUMBERS)
 
 
@@ -609,6 +610,6 @@ def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
     return (g * a + xc * k + a * sg * (-1.0 / count), None, None, sg_xhat, sg)
 
 
-op("batch_norm", INDEX, _batch_norm_np,
+op("batch_norm", MAP, _batch_norm_np,
    "((({0} - {1}) * inverseSqrt({2} + {dtype}({eps}))) * {3} + {4})", _batch_norm_grad,
    saves=(0, 1, 2, 3), shape=_batch_norm_rule, dtype=one_dtype("batch_norm"), dtypes=FLOATS)
