@@ -372,7 +372,7 @@ _EDGES = [INF, -INF, NAN, 3e9, -3e9, 2.5e9, 2**31, -2**31, 1e19, -1e19, 7.9, -7.
 
 
 def _saturate_ref(src, dst):
-    hi, lo = _SATURATED[src, dst], -_SATURATED[src, dst] - 1 if dst == I64 else -2**31
+    hi, lo = _SATURATED[src, dst], -2**63 if dst == I64 else -2**31  # (powers of 2: exact)
 
     def ref(a):
         out = [0 if v != v else hi if v >= hi else lo if v <= lo else int(v)
