@@ -62,7 +62,7 @@ unary("abs", np.abs, "abs({0})", lambda g, y, x: (g * x.sign(),), (0,), float_on
 # at x = 0, PyTorch's ReLU has 0 there), and as x.mask_where(x <= 0, 0) it cost two ops and two
 # passes over every activation (a compare and a select: 3 of an MNIST ConvNet's 35 ops at
 # batch 1). NaN stays NaN, and its gradient passes where y > 0 or y is NaN, as PyTorch's.
-unary("relu", lambda x, out=None: kernels.relu(x, out=out), "max({0}, {dtype}(0))",
+unary("relu", lambda x, out=None: kernels.active().relu(x, out=out), "max({0}, {dtype}(0))",
       lambda g, y, x: (g.mask_where(y <= 0, 0),), ("out",), float_only=False)
 
 
@@ -95,10 +95,11 @@ def _pow_grad(g, y, a, b):
 # one shape or with a per-channel one (a bias). The gradients that cost a pass are lazy: one
 # operand is often a constant or a Python scalar (x * mask in dropout, x * 0.5, x / n), whose
 # gradient Autodiff would compute over the whole tensor and throw away
-binary("add", lambda a, b, out=None: kernels.add(a, b, out=out), "({0} + {1})",
+binary("add", lambda a, b, out=None: kernels.active().add(a, b, out=out), "({0} + {1})",
        lambda g, y, a, b: (g, g), ())
 binary("sub", np.subtract, "({0} - {1})", lambda g, y, a, b: (g, lambda: -g), ())
-binary("mul", lambda a, b, out=None: kernels.multiply(a, b, out=out), "({0} * {1})",
+binary("mul", lambda a, b, out=None: kernels.active().multiply(a, b, out=out),
+       "({0} * {1})",
        lambda g, y, a, b: (lambda: g * b, lambda: g * a), (0, 1))
 binary("div", np.divide, "({0} / {1})",
        lambda g, y, a, b: (lambda: g / b, lambda: -(g * y / b)), (1, "out"), float_only=True)
@@ -111,7 +112,7 @@ binary("minimum", np.minimum, "min({0}, {1})", _max_grad, (0, 1, "out"))
 # ---- comparisons: bool results, no gradient ------------------------------------------------
 def compare(name, np_fn, wgsl):
     # through ops.kernels: inside Pyodide a WebAssembly kernel compares float32 with a scalar
-    return op(name, COMPARE, lambda a, b: kernels.compare(np_fn, a, b), wgsl)
+    return op(name, COMPARE, lambda a, b: kernels.active().compare(np_fn, a, b), wgsl)
 
 
 compare("eq", np.equal, "({0} == {1})")
@@ -312,7 +313,7 @@ def _gather_rule(shape, ishape, dim):
 
 def _gather_np(x, idx, dim):
     if x.ndim == 1:  # inside Pyodide a WebAssembly kernel, bounds checked in the same pass
-        fast = kernels.take(x, idx)
+        fast = kernels.active().take(x, idx)
         if fast is not None:
             return fast
     _check_index("gather", idx, x.shape[dim], dim)
@@ -395,11 +396,11 @@ def _mask_where_grad(g, y, x, mask, value):
 
 
 def _mask_where_np(x, mask, value, out=None):
-    fast = kernels.mask_where(x, mask, value, out)
+    fast = kernels.active().mask_where(x, mask, value, out)
     if fast is not None:  # natively, one pass of C (ops/kernels.py)
         return fast
     if out is None:
-        return kernels.where(mask, value, x).astype(x.dtype, copy=False)
+        return kernels.active().where(mask, value, x).astype(x.dtype, copy=False)
     np.copyto(out, value, where=mask)
     return out
 
@@ -442,8 +443,9 @@ def _matmul_rule(a, b):
     return batch + (a[-2], b[-1])
 
 
-# kernels.matmul is np.matmul, or the WebAssembly GEMM inside Pyodide (looked up at each call)
-op("matmul", LINALG, lambda a, b: kernels.matmul(a, b), None,
+# the active kernel set's matmul: NumPy's, natively split over ember's threads, or the
+# WebAssembly GEMM inside Pyodide
+op("matmul", LINALG, lambda a, b: kernels.active().matmul(a, b), None,
             lambda g, y, a, b: (lambda: g @ b.swap_dims(-1, -2), lambda: a.swap_dims(-1, -2) @ g),
             saves=(0, 1),
             shape=_matmul_rule, dtype=_same, dtypes=NUMBERS)
