@@ -3,15 +3,14 @@ ops, in one process, on the MNIST model's shapes (batch 64, 3x3 kernels): conv2d
 gradient conv_transpose2d, its weight gradient conv2d_weight, GELU and its gradient.
 
 "ember" is the C kernel (a thread per CPU for the convolutions), "reference" the op's NumPy
-implementation as it runs without them (EMBER_NATIVE=0): im2col + GEMMs on OpenBLAS's own
-threads, GELU in cache-sized blocks; the C kernels are switched off around each of its calls.
+implementation as it runs without them (NdArray(kernels="numpy")): im2col + GEMMs on
+OpenBLAS's own threads, GELU in cache-sized blocks; the C side runs with the native set active.
 Both are checked to agree before timing. The two are timed one after the other, not
 interleaved, with a pause after the NumPy side: OpenBLAS's idle workers busy-wait for ~0.1 s
 after a call, and interleaved timing would charge their spinning to the next C kernel.
 Without a C compiler (or with EMBER_NATIVE=0) there is nothing to compare: the rows say so.
 """
 
-import contextlib
 import os
 import time
 
@@ -25,29 +24,16 @@ LAYERS = [(1, 8, 28), (8, 16, 26), (16, 24, 24)]  # in channels, out channels, i
 ZERO = ((0, 0), (0, 0))
 
 
-@contextlib.contextmanager
-def _numpy_path():
-    """ops.kernels bound to their own (NumPy) functions for the duration."""
-    bound = {name: getattr(kernels, name) for name in kernels.NUMPY}
-    for name, fn in kernels.NUMPY.items():
-        setattr(kernels, name, fn)
-    try:
-        yield
-    finally:
-        for name, fn in bound.items():
-            setattr(kernels, name, fn)
-
-
 def _native():
-    """The native module, installed; or the reason there is none."""
+    """The native kernel set, loaded; or the reason there is none."""
     if os.environ.get("EMBER_NATIVE") == "0":
         return None, "EMBER_NATIVE=0"
     from ember.backends import native
     try:
-        native.install()
+        native.load()
     except OSError as e:
         return None, str(e)
-    return native, None
+    return native.KERNELS, None
 
 
 def _cases():
@@ -67,8 +53,7 @@ def _cases():
             x, g, (3, 3), (1, 1), ZERO, (1, 1), 1)
     x = rng.standard_normal((BATCH, 24, 22, 22)).astype(np.float32)
     g = rng.standard_normal(x.shape).astype(np.float32)
-    with _numpy_path():
-        y = numerics.gelu(x)  # (NumPy's gradient reads Phi(x) from y = gelu(x))
+    y = numerics.gelu(x)  # (outside kernels.using: NumPy's, whose gradient reads Phi(x) from y)
     yield "gelu [64,24,22,22]", lambda: numerics.gelu(x)
     yield "gelu_grad [64,24,22,22]", lambda: numerics.gelu_grad(g, x, y)
 
@@ -82,14 +67,15 @@ def kernels_vs_numpy(ctx):
                                 float("nan"), "ms"))
             continue
 
-        def numpy_path(fn=fn):
-            with _numpy_path():
+        def native_path(fn=fn):
+            with kernels.using(native):
                 return fn()
-        want = numpy_path()
-        np.testing.assert_allclose(fn(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        want = fn()  # (outside kernels.using: NumPy's set)
+        np.testing.assert_allclose(native_path(), want, rtol=1e-4,
+                                   atol=1e-4 * np.abs(want).max())
         time.sleep(0.2)  # OpenBLAS's workers go idle
-        ours = ctx.measure(fn)[0]
-        theirs = ctx.measure(numpy_path)[0]
+        ours = ctx.measure(native_path)[0]
+        theirs = ctx.measure(fn)[0]
         time.sleep(0.2)
         rows.append(ctx.time_row(case, ours, theirs))
     return rows

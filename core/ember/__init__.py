@@ -1,9 +1,8 @@
 """ember: a deep-learning framework after Rust's Burn, native and in the browser."""
 
-# ember.backend first: it loads the backend implementations, which import the rest
-from .backend import default_backend, set_default_backend  # noqa: I001
 from . import autodiff, dtype, ops
 from .autodiff import Gradients, no_grad
+from .backend import default_backend, set_default_backend
 from .capture import JitError, jit
 from .distribution import Distribution, seed
 from .errors import BackendError, DTypeError, EmberError, OutOfMemoryError, ShapeError

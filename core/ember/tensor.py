@@ -16,7 +16,7 @@ import numpy as np
 
 from . import dtype as D
 from . import shape as S
-from .backend import Backend, default_backend
+from .backend.base import Backend, default_backend
 from .distribution import Distribution
 from .errors import BackendError, DTypeError, OutOfMemoryError, ShapeError
 from .ops import COMPARE, OPS

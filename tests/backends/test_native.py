@@ -37,8 +37,6 @@ SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 1e-45, 5.
 
 @pytest.fixture(scope="module")
 def lib():
-    native.install()  # (idempotent: importing ember binds stand-ins that install on first use)
-    assert kernels.conv2d is native.conv2d
     return native.load()
 
 
@@ -51,11 +49,49 @@ def numpy_gelu_grad(g, x):
 
 
 @needs_cc
-def test_ndarray_routes_gelu_to_native_kernels(lib):
-    import ember  # noqa: F401  (importing ember installs the stand-ins)
-    numerics.gelu(np.ones(4, np.float32))
-    assert kernels.gelu is native.gelu and kernels.gelu_grad is native.gelu_grad
+def test_ndarray_runs_with_the_native_set_and_numpy_on_request(lib, monkeypatch):
+    from ember import Tensor
+    from ember.backend import NdArray
+    auto, numpy = NdArray(), NdArray(kernels="numpy")
+    assert auto.kernels is native.KERNELS and numpy.kernels is kernels.NUMPY
+    calls = []
+    monkeypatch.setattr(native, "gelu", lambda x, out=None: calls.append(x.shape) or None)
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    a = Tensor.from_data(x, backend=auto).gelu().to_numpy()
+    b = Tensor.from_data(x, backend=numpy).gelu().to_numpy()
+    assert calls == [(3, 4)]  # the auto instance asked the native set, the other one never
+    np.testing.assert_allclose(a, b, rtol=1e-6)
     assert native.status().startswith("loaded ")
+
+
+@needs_cc
+def test_two_instances_in_two_threads_keep_their_own_sets(lib, monkeypatch):
+    import threading
+
+    from ember import Tensor
+    from ember.backend import NdArray
+    seen, barrier = {}, threading.Barrier(2, timeout=10)
+    real = native.Native.matmul
+
+    def spying(self, a, b):
+        seen.setdefault("native", set()).add(threading.get_ident())
+        return real(self, a, b)
+    monkeypatch.setattr(native.Native, "matmul", spying)
+
+    def run(name, backend):
+        barrier.wait()
+        a = Tensor.from_data(np.ones((32, 32), np.float32), backend=backend)
+        for _ in range(50):
+            a = (a @ a) * (1 / 32)
+        seen[name] = (threading.get_ident(), float(a.sum().item()))
+    threads = [threading.Thread(target=run, args=(n, NdArray(kernels=k)))
+               for n, k in (("auto", "auto"), ("numpy", "numpy"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen["native"] == {seen["auto"][0]}  # only the auto instance's thread
+    assert seen["auto"][1] == seen["numpy"][1] == 1024.0
 
 
 @needs_cc
@@ -160,7 +196,8 @@ CHECK = textwrap.dedent("""
     x = np.linspace(-3, 3, 101, dtype=np.float32)
     y = numerics.gelu(x)
     assert abs(float(y[-1]) - 2.99595) < 1e-4, y[-1]
-    print("routed", kernels.gelu is native.gelu)
+    from ember.backend import NdArray
+    print("routed", NdArray().kernels is native.KERNELS and native.KERNELS.gelu(x) is not None)
     print("status", native.status())
 """)
 
@@ -220,24 +257,16 @@ CONV_GEOMETRIES = [
     ((3, 3), ((-1, 2), (1, -1)), (1, 2)),
     ((1, 1), ((0, 0), (1, 0)), (1, 1)),
 ]
-NUMPY_CONV = {name: native._NUMPY[name]
-              for name in ("conv2d", "conv_transpose2d", "conv2d_weight")}
-
-
-def numpy_path(monkeypatch, fn, *args):
-    with monkeypatch.context() as m:
-        for name, numpy_one in NUMPY_CONV.items():
-            m.setattr(kernels, name, numpy_one)
-        return fn(*args)
-
-
-def conv_ops(x, w, b, g, kernel, padding, dilation):
+def conv_ops(x, w, b, g, kernel, padding, dilation, kernel_set=None):
+    """conv2d and its two gradients, the op table's implementations run with the native set
+    (or `kernel_set`: kernels.NUMPY for NumPy's path)."""
     from ember.ops import nn as N
     attrs = dict(stride=(1, 1), padding=padding, dilation=dilation, groups=1)
-    y = N._conv2d_np(x, w, b, **attrs)
-    back = N._input_padding(x.shape[2:], kernel, (1, 1), padding, dilation)
-    dx = N._conv_transpose2d_np(g, w, (1, 1), back, dilation, 1)
-    dw = N._conv2d_weight_np(x, g, kernel, **attrs)
+    with kernels.using(kernel_set or native.KERNELS):
+        y = N._conv2d_np(x, w, b, **attrs)
+        back = N._input_padding(x.shape[2:], kernel, (1, 1), padding, dilation)
+        dx = N._conv_transpose2d_np(g, w, (1, 1), back, dilation, 1)
+        dw = N._conv2d_weight_np(x, g, kernel, **attrs)
     return y, dx, dw
 
 
@@ -261,7 +290,7 @@ def test_convolutions_match_numpy(lib, monkeypatch, n, c, o, kernel, padding, di
     monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
     x, w, b, g = conv_case(n, c, o, (11, 9), kernel, padding, dilation)
     got = conv_ops(x, w, b, g, kernel, padding, dilation)
-    want = numpy_path(monkeypatch, conv_ops, x, w, b, g, kernel, padding, dilation)
+    want = conv_ops(x, w, b, g, kernel, padding, dilation, kernels.NUMPY)
     for what, a, e in zip(("conv2d", "conv_transpose2d", "conv2d_weight"), got, want):
         assert a.shape == e.shape and a.dtype == e.dtype and a.flags.c_contiguous, what
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * max(1, np.abs(e).max()),
@@ -297,7 +326,7 @@ def test_non_finite_values_stay_where_they_belong(lib, monkeypatch):
     g[0, 4, 0, 0] = np.inf
     with np.errstate(all="ignore"):
         got = conv_ops(x, w, b, g, kernel, padding, dilation)
-        want = numpy_path(monkeypatch, conv_ops, x, w, b, g, kernel, padding, dilation)
+        want = conv_ops(x, w, b, g, kernel, padding, dilation, kernels.NUMPY)
     for what, a, e in zip(("conv2d", "conv_transpose2d", "conv2d_weight"), got, want):
         np.testing.assert_array_equal(np.isnan(a), np.isnan(e), err_msg=what)
         np.testing.assert_array_equal(np.isinf(a), np.isinf(e), err_msg=what)
@@ -393,8 +422,6 @@ def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
         with pytest.raises(ValueError):
             native.matmul(a, a[:3])
         assert get_threads() == 2  # given back after an error too
-        native.uninstall()  # (what a failed build does) leaves OpenBLAS alone too
-        native.install()
         assert get_threads() == 2
     finally:
         set_threads(before)

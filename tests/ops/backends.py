@@ -17,6 +17,8 @@ from ember.backend import Autodiff, NdArray
 
 BACKENDS = [
     ("ndarray", NdArray),
+    # NumPy alone (no compiled kernels): every case gives what the default instance gives
+    ("ndarray-numpy", lambda: NdArray(kernels="numpy")),
     # the ownership optimisation off: results must not depend on buffer reuse
     ("ndarray-copy", lambda: NdArray(inplace=False)),
     # the decorator must not change any result (gradients are checked in tests/autodiff)

@@ -2,10 +2,11 @@
 random shapes above the WebAssembly kernels' break-even sizes, sizes that are not multiples of
 the kernels' tiles (4, 6, 8), transposed and broadcast operands, padding, strides, dilation.
 
-In CPython they are NumPy's own; inside Pyodide (e2e/test_pyodide_conformance.py runs this file
-there) NdArray has routed them to the WebAssembly SIMD kernels, so the same cases check those
-kernels against NumPy references: float64 NumPy for products and convolutions (float64 never
-leaves NumPy), and ember's NumPy implementation for max pooling's indices (exact)."""
+In CPython they are NumPy's own (or the native C set's); inside Pyodide
+(e2e/test_pyodide_conformance.py runs this file there) NdArray runs with the WebAssembly SIMD
+set, so the same cases check those kernels against NumPy references: float64 NumPy for
+products and convolutions (float64 never leaves NumPy), and ember's NumPy implementation for
+max pooling's indices (exact)."""
 
 import sys
 
@@ -23,20 +24,20 @@ PYODIDE = sys.platform == "emscripten"
 rng = np.random.default_rng(20261130)
 
 
+K = NdArray().kernels  # the set NdArray runs with here: WebAssembly's inside Pyodide
+
+
 def test_the_kernels_are_on_exactly_inside_pyodide():
     from ember.backends import wasm
     if PYODIDE:
-        # loaded on first use (install_on_first_use): any routed call installs them
+        # loaded on first use: any call of the set loads them
         a = _f32(64, 64)
-        np.testing.assert_allclose(kernels.matmul(a, a), a @ a, rtol=1e-4, atol=1e-4)
-        assert wasm.variant() in ("relaxed", "simd128")
-        assert kernels.matmul is wasm.matmul and kernels.copyto is wasm.copyto
-        assert kernels.take is wasm.take and kernels.where is wasm.where
-        assert kernels.compare is wasm.compare and kernels.relu is wasm.relu
-        assert kernels.max_pool2d is wasm.max_pool2d and kernels.conv2d is wasm.conv2d
+        np.testing.assert_allclose(K.matmul(a, a), a @ a, rtol=1e-4, atol=1e-4)
+        assert wasm.variant() in ("relaxed", "simd128") and K is wasm.KERNELS
     else:
         # natively: NumPy's, or the C kernels' thread pool (backends/native)
-        assert wasm.variant() is None and kernels.matmul is not wasm.matmul
+        assert wasm.variant() is None and K is not wasm.KERNELS
+    assert NdArray(kernels="numpy").kernels is kernels.NUMPY
 
 
 def _f32(*shape):
@@ -65,7 +66,7 @@ def test_matmul(sa, sb, layout):
         a = np.ascontiguousarray(np.swapaxes(a, -1, -2)).swapaxes(-1, -2)
         b = np.ascontiguousarray(np.swapaxes(b, -1, -2)).swapaxes(-1, -2)
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
-    got = kernels.matmul(a, b)
+    got = K.matmul(a, b)
     assert got.dtype == np.float32 and got.shape == ref.shape
     _close(got, ref, sa[-1])
     out = (Tensor.from_data(a) @ Tensor.from_data(b)).to_numpy()  # through the op table
@@ -75,13 +76,13 @@ def test_matmul(sa, sb, layout):
 def test_matmul_sliced_and_reversed_views():
     a, b = _f32(90, 70), _f32(61, 140)
     a, b = a[::-2, 3:64], b[:, ::-3].T  # [45, 61], [47, 61] -> b.T [61, 47]
-    _close(kernels.matmul(a, b.T), a.astype(np.float64) @ b.T.astype(np.float64), 61)
+    _close(K.matmul(a, b.T), a.astype(np.float64) @ b.T.astype(np.float64), 61)
 
 
 def test_special_values_propagate():
     a, b = _f32(20, 40), _f32(40, 30)
     a[3, 5], b[7, 2] = np.nan, np.inf
-    ref, got = a.astype(np.float64) @ b.astype(np.float64), kernels.matmul(a, b)
+    ref, got = a.astype(np.float64) @ b.astype(np.float64), K.matmul(a, b)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(ref))
 
@@ -153,7 +154,7 @@ POOLS = [  # x shape, kernel, stride, padding, dilation, ceil_mode
 @pytest.mark.parametrize("xs, kernel, stride, padding, dilation, ceil_mode", POOLS,
                          ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
 @pytest.mark.parametrize("values", ["random", "ties", "nan_inf", "transposed"])
-def test_max_pool2d_indices(monkeypatch, xs, kernel, stride, padding, dilation, ceil_mode,
+def test_max_pool2d_indices(xs, kernel, stride, padding, dilation, ceil_mode,
                             values):
     x = _f32(*xs)
     if values != "random":
@@ -166,9 +167,9 @@ def test_max_pool2d_indices(monkeypatch, xs, kernel, stride, padding, dilation, 
                 ceil_mode=ceil_mode, return_indices=True)
     out, idx = (t.to_numpy() for t in F.max_pool2d(Tensor.from_data(x), **args))
     alone = F.max_pool2d(Tensor.from_data(x), **{**args, "return_indices": False}).to_numpy()
-    monkeypatch.setattr(kernels, "max_pool2d_indices", lambda *a: None)  # NumPy's path
-    monkeypatch.setattr(kernels, "max_pool2d", lambda *a: None)
-    ref_out, ref_idx = (t.to_numpy() for t in F.max_pool2d(Tensor.from_data(x), **args))
+    numpy = NdArray(kernels="numpy")  # ember's own NumPy path
+    ref_out, ref_idx = (t.to_numpy() for t in F.max_pool2d(Tensor.from_data(x, backend=numpy),
+                                                            **args))
     np.testing.assert_array_equal(idx, ref_idx)
     np.testing.assert_array_equal(out, ref_out)
     np.testing.assert_array_equal(alone, ref_out)

@@ -14,8 +14,9 @@ import sys
 
 import numpy as np
 
-from .. import backend as _backend
-from ..backend import sole_owner
+from ..backend.base import Backend, sole_owner
+from ..errors import BackendError
+from ..ops import kernels as _kernels
 
 # Silent on overflow, 0/0, log(0), inf - inf, as every GPU backend is. np.errstate costs ~1 us
 # a call; setting NumPy's own context variable directly costs a tenth of that.
@@ -60,27 +61,53 @@ def _keep_heap():
         pass
 
 
-class NdArray(_backend.Backend):
-    """The NumPy backend. `NdArray(inplace=False)` turns the ownership optimisation off.
-    The first one made sets glibc's malloc to keep freed memory (see _keep_heap)."""
+def compiled_kernels():
+    """The compiled kernel set "auto" means here: WebAssembly SIMD inside Pyodide (EMBER_WASM=0
+    opts out), C compiled on first use natively (EMBER_NATIVE=0 opts out), else NumPy's."""
+    if sys.platform == "emscripten":
+        if os.environ.get("EMBER_WASM", "1") != "0":
+            from . import wasm
+            return wasm.KERNELS
+    elif os.environ.get("EMBER_NATIVE", "1") != "0":
+        from . import native
+        return native.KERNELS
+    return _kernels.NUMPY
 
-    def __init__(self, inplace=True):
+
+class NdArray(Backend):
+    """The NumPy backend. `kernels`: "auto" (ember's compiled kernels where they exist: see
+    compiled_kernels; each loads on first use), "numpy" (NumPy alone), or a kernels.Kernels
+    set; per instance, so instances with different choices run side by side.
+    `inplace=False` turns the ownership optimisation off. The first one made sets glibc's
+    malloc to keep freed memory (see _keep_heap)."""
+
+    def __init__(self, kernels="auto", inplace=True):
+        if isinstance(kernels, _kernels.Kernels):
+            self.kernels = kernels
+        elif kernels in ("auto", "numpy"):
+            self.kernels = compiled_kernels() if kernels == "auto" else _kernels.NUMPY
+        else:
+            raise BackendError(f"NdArray: kernels must be 'auto' or 'numpy' (or a Kernels set), "
+                               f"got {kernels!r}")
         self.inplace = inplace
         _keep_heap()
 
     def __str__(self):
         return "NdArray<cpu>"
 
-
     def execute(self, op, inputs, attrs, shape, dtype):
-        if _ERRSTATE is None:
-            with np.errstate(all="ignore"):
-                return self._execute(op, inputs, attrs, shape, dtype)
-        token = _ERRSTATE.set(_QUIET)
+        chosen = _kernels.ACTIVE.set(self.kernels)
         try:
-            return self._execute(op, inputs, attrs, shape, dtype)
+            if _ERRSTATE is None:
+                with np.errstate(all="ignore"):
+                    return self._execute(op, inputs, attrs, shape, dtype)
+            token = _ERRSTATE.set(_QUIET)
+            try:
+                return self._execute(op, inputs, attrs, shape, dtype)
+            finally:
+                _ERRSTATE.reset(token)
         finally:
-            _ERRSTATE.reset(token)
+            _kernels.ACTIVE.reset(chosen)
 
     def _execute(self, op, inputs, attrs, shape, dtype):
         if self.inplace and op.donors:
@@ -98,9 +125,10 @@ class NdArray(_backend.Backend):
 
     def compile(self, steps, table, inputs, outputs):
         # inside Pyodide, runs of WebAssembly kernels become one call each (backends/wasm)
-        if sys.platform == "emscripten" and os.environ.get("EMBER_WASM", "1") != "0":
-            return _wasm.compile_plan(steps, table, inputs, outputs, self.execute)
-        return None
+        compile_plan = getattr(self.kernels, "compile_plan", None)
+        if compile_plan is None:
+            return None
+        return compile_plan(steps, table, inputs, outputs, self.execute)
 
     def from_numpy(self, array):
         return array  # the Tensor layer passes an array nobody else holds
@@ -113,20 +141,3 @@ class NdArray(_backend.Backend):
         return view
 
 
-_backend.register("ndarray", NdArray)
-
-# Inside Pyodide NumPy has no BLAS and no SIMD: float32 GEMMs above a break-even size go to
-# WebAssembly SIMD kernels (backends/wasm), loaded when first needed; natively NumPy's BLAS keeps
-# them. EMBER_WASM=0 opts out.
-if sys.platform == "emscripten" and os.environ.get("EMBER_WASM", "1") != "0":
-    from . import wasm as _wasm
-
-    _wasm.install_on_first_use()
-
-# Natively, stride-1 convolutions, GELU and mask_where go to C compiled on first use where the
-# machine has a C compiler, and large GEMMs are split over its thread per core
-# (backends/native); EMBER_NATIVE=0 opts out.
-if sys.platform != "emscripten" and os.environ.get("EMBER_NATIVE", "1") != "0":
-    from . import native as _native
-
-    _native.install_on_first_use()

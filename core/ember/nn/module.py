@@ -14,7 +14,7 @@ import copy
 import itertools
 
 from ..autodiff import Autodiff, is_grad_enabled, no_grad
-from ..backend import Backend, default_backend
+from ..backend.base import Backend, default_backend
 from ..errors import BackendError, ShapeError
 from ..shape import prod
 from ..tensor import Tensor

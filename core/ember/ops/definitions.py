@@ -11,26 +11,27 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import DTypeError, ShapeError
-from . import (
+from . import kernels
+from .numerics import INV_SQRT_2PI as _INV_SQRT_2PI
+from .numerics import erf as _np_erf
+from .numerics import gelu as _np_gelu
+from .numerics import gelu_grad as _np_gelu_grad
+from .table import (
     BINARY,
     COMPARE,
     FLOATS,
     INDEX,
     LINALG,
+    MAP,
     MOVEMENT,
     NUMBERS,
     REDUCE,
     SOURCE,
     UNARY,
     _run,
-    kernels,
     one_dtype,
     op,
 )
-from .numerics import INV_SQRT_2PI as _INV_SQRT_2PI
-from .numerics import erf as _np_erf
-from .numerics import gelu as _np_gelu
-from .numerics import gelu_grad as _np_gelu_grad
 
 
 # ---- unary -------------------------------------------------------------------------------
@@ -61,7 +62,7 @@ unary("abs", np.abs, "abs({0})", lambda g, y, x: (g * x.sign(),), (0,), float_on
 # at x = 0, PyTorch's ReLU has 0 there), and as x.mask_where(x <= 0, 0) it cost two ops and two
 # passes over every activation (a compare and a select: 3 of an MNIST ConvNet's 35 ops at
 # batch 1). NaN stays NaN, and its gradient passes where y > 0 or y is NaN, as PyTorch's.
-unary("relu", lambda x, out=None: kernels.relu(x, out=out), "max({0}, {dtype}(0))",
+unary("relu", lambda x, out=None: kernels.active().relu(x, out=out), "max({0}, {dtype}(0))",
       lambda g, y, x: (g.mask_where(y <= 0, 0),), ("out",), float_only=False)
 
 
@@ -94,10 +95,11 @@ def _pow_grad(g, y, a, b):
 # one shape or with a per-channel one (a bias). The gradients that cost a pass are lazy: one
 # operand is often a constant or a Python scalar (x * mask in dropout, x * 0.5, x / n), whose
 # gradient Autodiff would compute over the whole tensor and throw away
-binary("add", lambda a, b, out=None: kernels.add(a, b, out=out), "({0} + {1})",
+binary("add", lambda a, b, out=None: kernels.active().add(a, b, out=out), "({0} + {1})",
        lambda g, y, a, b: (g, g), ())
 binary("sub", np.subtract, "({0} - {1})", lambda g, y, a, b: (g, lambda: -g), ())
-binary("mul", lambda a, b, out=None: kernels.multiply(a, b, out=out), "({0} * {1})",
+binary("mul", lambda a, b, out=None: kernels.active().multiply(a, b, out=out),
+       "({0} * {1})",
        lambda g, y, a, b: (lambda: g * b, lambda: g * a), (0, 1))
 binary("div", np.divide, "({0} / {1})",
        lambda g, y, a, b: (lambda: g / b, lambda: -(g * y / b)), (1, "out"), float_only=True)
@@ -110,7 +112,7 @@ binary("minimum", np.minimum, "min({0}, {1})", _max_grad, (0, 1, "out"))
 # ---- comparisons: bool results, no gradient ------------------------------------------------
 def compare(name, np_fn, wgsl):
     # through ops.kernels: inside Pyodide a WebAssembly kernel compares float32 with a scalar
-    return op(name, COMPARE, lambda a, b: kernels.compare(np_fn, a, b), wgsl)
+    return op(name, COMPARE, lambda a, b: kernels.active().compare(np_fn, a, b), wgsl)
 
 
 compare("eq", np.equal, "({0} == {1})")
@@ -173,17 +175,17 @@ def _sum_np(x, dims):
     return np.add.reduce(x, axis=dims, keepdims=True, dtype=x.dtype)
 
 
-op("sum", REDUCE, _sum_np, "sum", lambda g, y, x, dims: (g.expand(x.shape),), dtypes=NUMBERS)
-op("max", REDUCE, lambda x, dims: np.maximum.reduce(x, axis=dims, keepdims=True), "max",
+op("sum", REDUCE, _sum_np, None, lambda g, y, x, dims: (g.expand(x.shape),), dtypes=NUMBERS)
+op("max", REDUCE, lambda x, dims: np.maximum.reduce(x, axis=dims, keepdims=True), None,
          _extreme_grad, saves=(0, "out"), shape=_nonempty("max"))
-op("min", REDUCE, lambda x, dims: np.minimum.reduce(x, axis=dims, keepdims=True), "min",
+op("min", REDUCE, lambda x, dims: np.minimum.reduce(x, axis=dims, keepdims=True), None,
          _extreme_grad, saves=(0, "out"), shape=_nonempty("min"))
 op("argmax", REDUCE,
             lambda x, dims: np.argmax(x, axis=dims[0], keepdims=True).astype(DEFAULT_INT),
-            "argmax", shape=_nonempty("argmax"), dtype=lambda d, dims: DEFAULT_INT)
+            None, shape=_nonempty("argmax"), dtype=lambda d, dims: DEFAULT_INT)
 op("argmin", REDUCE,
             lambda x, dims: np.argmin(x, axis=dims[0], keepdims=True).astype(DEFAULT_INT),
-            "argmin", shape=_nonempty("argmin"), dtype=lambda d, dims: DEFAULT_INT)
+            None, shape=_nonempty("argmin"), dtype=lambda d, dims: DEFAULT_INT)
 
 
 # ---- movement: views where the backend can, copies otherwise ------------------------------
@@ -245,7 +247,7 @@ op("permute", MOVEMENT, lambda x, dims: x.transpose(dims), None,
 op("expand", MOVEMENT, lambda x, shape_to: np.broadcast_to(x, shape_to), None,
             lambda g, y, x, shape_to: (g,), shape=_expand_rule, dtype=_same)
 op("slice", MOVEMENT, lambda x, starts, stops, steps: x[_np_slices(starts, stops, steps)],
-           "slice", _slice_grad, shape=_slice_rule, dtype=_same)
+           None, _slice_grad, shape=_slice_rule, dtype=_same)
 
 
 def _cat_rule(*shapes, dim):
@@ -268,7 +270,7 @@ def _cat_grad(g, y, *xs, dim):
     return tuple(grads)
 
 
-op("cat", MOVEMENT, lambda *xs, dim: np.concatenate(xs, axis=dim), "cat", _cat_grad,
+op("cat", MOVEMENT, lambda *xs, dim: np.concatenate(xs, axis=dim), None, _cat_grad,
          shape=_cat_rule, dtype=_same)
 
 
@@ -295,7 +297,7 @@ def _slice_assign_rule(shape, vshape, starts, stops, steps):
 
 
 op(
-    "slice_assign", INDEX, _slice_assign_np, "slice_assign",
+    "slice_assign", INDEX, _slice_assign_np, None,
     lambda g, y, x, v, starts, stops, steps: (
         g.slice_assign(_np_slices(starts, stops, steps), 0), g[_np_slices(starts, stops, steps)]),
     shape=_slice_assign_rule, dtype=_same, donors=(0,), scalars=True)
@@ -311,7 +313,7 @@ def _gather_rule(shape, ishape, dim):
 
 def _gather_np(x, idx, dim):
     if x.ndim == 1:  # inside Pyodide a WebAssembly kernel, bounds checked in the same pass
-        fast = kernels.take(x, idx)
+        fast = kernels.active().take(x, idx)
         if fast is not None:
             return fast
     _check_index("gather", idx, x.shape[dim], dim)
@@ -378,13 +380,13 @@ def _select_grad(g, y, x, idx, dim):
     return (g.new_zeros(x.shape).scatter(dim, full, g), None)
 
 
-op("gather", INDEX, _gather_np, "gather",
+op("gather", INDEX, _gather_np, None,
             lambda g, y, x, idx, dim: (g.new_zeros(x.shape).scatter(dim, idx, g), None),
             saves=(1,), shape=_gather_rule, dtype=_gather_dtype)
-op("scatter", INDEX, _scatter_np, "scatter",
+op("scatter", INDEX, _scatter_np, None,
              lambda g, y, x, idx, v, dim: (g, None, g.gather(dim, idx)),
              saves=(1,), shape=_scatter_rule, dtype=_scatter_dtype, donors=(0,))
-op("select", INDEX, _select_np, "select", _select_grad, saves=(1,),
+op("select", INDEX, _select_np, None, _select_grad, saves=(1,),
             shape=_select_rule, dtype=_select_dtype)
 
 
@@ -394,11 +396,11 @@ def _mask_where_grad(g, y, x, mask, value):
 
 
 def _mask_where_np(x, mask, value, out=None):
-    fast = kernels.mask_where(x, mask, value, out)
+    fast = kernels.active().mask_where(x, mask, value, out)
     if fast is not None:  # natively, one pass of C (ops/kernels.py)
         return fast
     if out is None:
-        return kernels.where(mask, value, x).astype(x.dtype, copy=False)
+        return kernels.active().where(mask, value, x).astype(x.dtype, copy=False)
     np.copyto(out, value, where=mask)
     return out
 
@@ -411,7 +413,7 @@ def _mask_where_dtype(d, m, v):
 
 
 op(
-    "mask_where", INDEX, _mask_where_np, "select({0}, {2}, {1})",
+    "mask_where", MAP, _mask_where_np, "select({0}, {2}, {1})",
     _mask_where_grad,
     saves=(1,), shape=lambda *s: S.broadcast("mask_where", *s), dtype=_mask_where_dtype,
     donors=(0,), scalars=True)
@@ -426,7 +428,7 @@ def _gelu_grad_grad(h, out, g, x, y):
     return (lambda: _run("gelu_grad", h, x, y), lambda: h * g * phi * (2 - x * x), None)
 
 
-op("gelu_grad", INDEX, lambda g, x, y: _np_gelu_grad(g, x, y), "({0} * op_gelu_grad({1}, {2}))",
+op("gelu_grad", MAP, lambda g, x, y: _np_gelu_grad(g, x, y), "({0} * op_gelu_grad({1}, {2}))",
    _gelu_grad_grad, saves=(0, 1, 2), shape=lambda *s: S.broadcast("gelu_grad", *s),
    dtype=one_dtype("gelu_grad"), dtypes=FLOATS)
 
@@ -441,8 +443,9 @@ def _matmul_rule(a, b):
     return batch + (a[-2], b[-1])
 
 
-# kernels.matmul is np.matmul, or the WebAssembly GEMM inside Pyodide (looked up at each call)
-op("matmul", LINALG, lambda a, b: kernels.matmul(a, b), "matmul",
+# the active kernel set's matmul: NumPy's, natively split over ember's threads, or the
+# WebAssembly GEMM inside Pyodide
+op("matmul", LINALG, lambda a, b: kernels.active().matmul(a, b), None,
             lambda g, y, a, b: (lambda: g @ b.swap_dims(-1, -2), lambda: a.swap_dims(-1, -2) @ g),
             saves=(0, 1),
             shape=_matmul_rule, dtype=_same, dtypes=NUMBERS)
@@ -450,5 +453,5 @@ op("matmul", LINALG, lambda a, b: kernels.matmul(a, b), "matmul",
 
 # ---- sources ------------------------------------------------------------------------------
 op("full", SOURCE, lambda shape_to, value, dtype: np.full(shape_to, value, dtype=dtype),
-          "full", shape=lambda shape_to, value, dtype: shape_to,
+          None, shape=lambda shape_to, value, dtype: shape_to,
           dtype=lambda shape_to, value, dtype: dtype)

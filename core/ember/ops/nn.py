@@ -39,7 +39,8 @@ import numpy as np
 from .. import shape as S
 from ..dtype import DEFAULT_INT
 from ..errors import ShapeError
-from . import FLOATS, INDEX, LINALG, NUMBERS, _run, _same_dtype, kernels, one_dtype, op
+from . import kernels
+from .table import FLOATS, LINALG, MAP, NUMBERS, WINDOW, _run, _same_dtype, one_dtype, op
 
 
 # ---- geometry -----------------------------------------------------------------------------
@@ -124,7 +125,7 @@ def _columns(x, kernel, stride, padding, dilation, out_hw, groups):
     view's own order, so it streams through memory)."""
     win = _windows(x, kernel, stride, padding, dilation, out_hw)
     cols = np.empty(win.shape, dtype=x.dtype)
-    kernels.copyto(cols, win)  # np.copyto, or a WebAssembly copy inside Pyodide
+    kernels.active().copyto(cols, win)  # np.copyto, or a WebAssembly copy inside Pyodide
     n, c = x.shape[:2]
     return cols.reshape(n, groups, c // groups * kernel[0] * kernel[1], out_hw[0] * out_hw[1])
 
@@ -151,7 +152,7 @@ def _grid_columns(xp, kernel, dilation, out_hw, groups, b):
     view = np.lib.stride_tricks.as_strided(
         xb, (n, c, kh, kw, size), (s[0], s[1], dh * s[2], dw * s[3], s[3]), writeable=False)
     cols = np.empty(view.shape, dtype=xp.dtype)
-    kernels.copyto(cols, view)
+    kernels.active().copyto(cols, view)
     return cols.reshape(n, groups, c // groups * kh * kw, size)
 
 
@@ -202,7 +203,8 @@ def _conv2d_np(x, w, b=None, *, stride, padding, dilation, groups):
     o, _, kh, kw = w.shape
     oh, ow = _conv2d_rule(x.shape, w.shape, stride=stride, padding=padding, dilation=dilation,
                           groups=groups)[2:]
-    fast = kernels.conv2d(x, w, b, stride, padding, dilation, groups, (oh, ow))
+    k = kernels.active()
+    fast = k.conv2d(x, w, b, stride, padding, dilation, groups, (oh, ow))
     if fast is not None:  # one call of C (natively) or WebAssembly (Pyodide) kernels
         return fast
     wg = w.reshape(groups, o // groups, -1)
@@ -215,16 +217,16 @@ def _conv2d_np(x, w, b=None, *, stride, padding, dilation, groups):
         out = np.empty((n, o, oh, ow), dtype=x.dtype)
         size = (oh - 1) * wp + ow
         for blk in _batch_blocks(n, x.shape[1] * kh * kw * size * x.itemsize):
-            y = kernels.matmul(wg, _grid_columns(xp, (kh, kw), dilation, (oh, ow), groups, blk))
+            y = k.matmul(wg, _grid_columns(xp, (kh, kw), dilation, (oh, ow), groups, blk))
             if b is not None:  # the bias, over the block's product while it is in cache
-                kernels.add(y, b.reshape(groups, o // groups, 1), out=y)
+                k.add(y, b.reshape(groups, o // groups, 1), out=y)
             out[blk] = _off_grid(y.reshape(-1, o, size), oh, ow, wp)
         return out
     cols = _columns(x, (kh, kw), stride, padding, dilation, (oh, ow), groups)
     # [G, O/G, C/G*KH*KW] @ [N, G, C/G*KH*KW, OH*OW]: BLAS once per (n, g)
-    out = kernels.matmul(wg, cols).reshape(n, o, oh, ow)
+    out = k.matmul(wg, cols).reshape(n, o, oh, ow)
     if b is not None:  # the bias, added over the fresh product in place
-        kernels.add(out, b.reshape(1, o, 1, 1), out=out)
+        k.add(out, b.reshape(1, o, 1, 1), out=out)
     return out
 
 
@@ -249,7 +251,7 @@ def _conv2d_grad(g, y, x, w, *bias, stride, padding, dilation, groups):
         lambda: g.sum_dim((0, 2, 3)).reshape(w.shape[0]))[:2 + len(bias)]
 
 
-op("conv2d", LINALG, _conv2d_np, "conv2d", _conv2d_grad, saves=(0, 1),
+op("conv2d", LINALG, _conv2d_np, None, _conv2d_grad, saves=(0, 1),
    shape=_conv2d_rule, dtype=one_dtype("conv2d"), dtypes=FLOATS)
 
 
@@ -304,10 +306,11 @@ def _conv_transpose2d_flat(x, w, dilation, top, left, oh, ow):
         xw[:, :, pre:], (n, kw, c, size), (s[0], -dw * s[2], s[1], s[2]), writeable=False)
     wm = w.transpose(2, 1, 3, 0).reshape(kh * o, kw * c)  # [(i, o), (j, c)]
     full = np.empty((n, o, fh * fw), dtype=x.dtype)
+    k = kernels.active()
     for b in _batch_blocks(n, (kw * c + kh * o) * size * x.itemsize):
         cols = np.empty((b.stop - b.start, kw, c, size), dtype=x.dtype)
-        kernels.copyto(cols, shifted[b])
-        rows = kernels.matmul(wm, cols.reshape(-1, kw * c, size)).reshape(-1, kh, o, size)
+        k.copyto(cols, shifted[b])
+        rows = k.matmul(wm, cols.reshape(-1, kw * c, size)).reshape(-1, kh, o, size)
         planes = full[b]
         planes[..., :size] = rows[:, 0]  # the first kernel row is set, not added to zeros
         planes[..., size:] = 0
@@ -323,7 +326,7 @@ def _conv_transpose2d_np(x, w, stride, padding, dilation, groups):
     (sh, sw), (dh, dw), ((top, _), (left, _)) = stride, dilation, padding
     o = og * groups
     oh, ow = _conv_transpose2d_rule(x.shape, w.shape, stride, padding, dilation, groups)[2:]
-    fast = kernels.conv_transpose2d(x, w, stride, padding, dilation, groups, (oh, ow))
+    fast = kernels.active().conv_transpose2d(x, w, stride, padding, dilation, groups, (oh, ow))
     if fast is not None:  # natively, one call of C kernels (ops/kernels.py)
         return fast
     fits = (0 <= top and top + oh <= h + dh * (kh - 1) and 0 <= left
@@ -335,7 +338,7 @@ def _conv_transpose2d_np(x, w, stride, padding, dilation, groups):
     # block per image, which the adds below read fastest), then each offset adds its plane
     cg = c // groups
     wm = w.reshape(groups, cg, og, kh, kw).transpose(0, 3, 4, 2, 1).reshape(groups, -1, cg)
-    cols = kernels.matmul(wm, x.reshape(n, groups, cg, h * wd)).reshape(
+    cols = kernels.active().matmul(wm, x.reshape(n, groups, cg, h * wd)).reshape(
         n, groups, kh, kw, og, h, wd)
     full_h = max((h - 1) * sh + dh * (kh - 1) + 1, top + oh)
     full_w = max((wd - 1) * sw + dw * (kw - 1) + 1, left + ow)
@@ -361,7 +364,7 @@ def _conv_transpose2d_grad(g, y, x, w, stride, padding, dilation, groups):
                      dilation=dilation, groups=groups))
 
 
-op("conv_transpose2d", LINALG, _conv_transpose2d_np, "conv_transpose2d",
+op("conv_transpose2d", LINALG, _conv_transpose2d_np, None,
    _conv_transpose2d_grad, saves=(0, 1), shape=_conv_transpose2d_rule,
    dtype=one_dtype("conv_transpose2d"), dtypes=FLOATS)
 
@@ -386,7 +389,7 @@ def _conv2d_weight_rule(xs, gs, kernel, stride, padding, dilation, groups):
 
 
 def _conv2d_weight_np(x, g, kernel, stride, padding, dilation, groups):
-    fast = kernels.conv2d_weight(x, g, kernel, stride, padding, dilation, groups)
+    fast = kernels.active().conv2d_weight(x, g, kernel, stride, padding, dilation, groups)
     if fast is not None:  # natively, one call of C kernels (ops/kernels.py)
         return fast
     n, c = x.shape[:2]
@@ -404,10 +407,11 @@ def _conv2d_weight_np(x, g, kernel, stride, padding, dilation, groups):
         gm, size = g.reshape(n, groups, o // groups, oh * ow), oh * ow
         columns = (lambda b: _columns(x[b], kernel, stride, padding, dilation, (oh, ow),
                                       groups))
+    k = kernels.active()
     for b in _batch_blocks(n, c * kernel[0] * kernel[1] * size * x.itemsize):
         cols = columns(b)
         # [n, G, O/G, OH*OW] @ [n, G, OH*OW, C/G*KH*KW], then the (small) sum over the batch
-        dw += kernels.matmul(gm[b], cols.transpose(0, 1, 3, 2)).sum(axis=0, dtype=x.dtype)
+        dw += k.matmul(gm[b], cols.transpose(0, 1, 3, 2)).sum(axis=0, dtype=x.dtype)
     return dw.reshape(o, c // groups, *kernel)
 
 
@@ -420,7 +424,7 @@ def _conv2d_weight_grad(gw, y, x, g, kernel, stride, padding, dilation, groups):
                      groups=groups))
 
 
-op("conv2d_weight", LINALG, _conv2d_weight_np, "conv2d_weight", _conv2d_weight_grad,
+op("conv2d_weight", LINALG, _conv2d_weight_np, None, _conv2d_weight_grad,
    saves=(0, 1), shape=_conv2d_weight_rule, dtype=one_dtype("conv2d_weight"),
    dtypes=FLOATS)
 
@@ -478,7 +482,7 @@ def _window_max(win, offsets):
 def _max_pool2d_indices_np(x, kernel, stride, padding, dilation, ceil_mode):
     n, c, h, w = x.shape
     oh, ow = _max_pool2d_indices_rule(x.shape, kernel, stride, padding, dilation, ceil_mode)[2:]
-    fast = kernels.max_pool2d_indices(x, kernel, stride, padding, dilation, (oh, ow))
+    fast = kernels.active().max_pool2d_indices(x, kernel, stride, padding, dilation, (oh, ow))
     if fast is not None:  # inside Pyodide, a WebAssembly kernel (ops/kernels.py)
         return fast if DEFAULT_INT == "int32" else fast.astype(DEFAULT_INT)
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel, stride, padding, dilation
@@ -516,7 +520,7 @@ def _int_out(*dtypes, **attrs):
     return DEFAULT_INT
 
 
-op("max_pool2d_indices", INDEX, _max_pool2d_indices_np, "max_pool2d_indices",
+op("max_pool2d_indices", WINDOW, _max_pool2d_indices_np, None,
    shape=_max_pool2d_indices_rule, dtype=_int_out, dtypes=NUMBERS)
 
 
@@ -527,7 +531,7 @@ op("max_pool2d_indices", INDEX, _max_pool2d_indices_np, "max_pool2d_indices",
 # the scatter the gather's gradient was, ties and NaN routed by max_pool2d_indices' rule.
 def _max_pool2d_np(x, kernel, stride, padding, dilation, ceil_mode):
     oh, ow = _max_pool2d_indices_rule(x.shape, kernel, stride, padding, dilation, ceil_mode)[2:]
-    fast = kernels.max_pool2d(x, kernel, stride, padding, dilation, (oh, ow))
+    fast = kernels.active().max_pool2d(x, kernel, stride, padding, dilation, (oh, ow))
     if fast is not None:  # inside Pyodide, a WebAssembly kernel (ops/kernels.py)
         return fast
     return _window_max(*_pool_windows(x, kernel, stride, padding, dilation, oh, ow))
@@ -548,7 +552,7 @@ def _max_pool2d_grad(g, y, x, **attrs):
     return (dx,)
 
 
-op("max_pool2d", INDEX, _max_pool2d_np, "max_pool2d", _max_pool2d_grad, saves=(0,),
+op("max_pool2d", WINDOW, _max_pool2d_np, None, _max_pool2d_grad, saves=(0,),
    shape=_max_pool2d_indices_rule, dtype=_same_dtype, dtypes=NUMBERS)
 
 
@@ -585,8 +589,9 @@ def _batch_norm_np(x, mean, var, w, b, eps):
     # x * scale + shift, the statistics folded per channel first: two passes over x instead of
     # three ((x - mean) * scale + b), and PyTorch's own CPU form (input * alpha + beta)
     scale = w / np.sqrt(var + x.dtype.type(eps))
-    out = kernels.multiply(x, scale)
-    return kernels.add(out, b - mean * scale, out=out)
+    k = kernels.active()
+    out = k.multiply(x, scale)
+    return k.add(out, b - mean * scale, out=out)
 
 
 def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
@@ -609,6 +614,6 @@ def _batch_norm_grad(g, y, x, mean, var, w, b, eps):
     return (g * a + xc * k + a * sg * (-1.0 / count), None, None, sg_xhat, sg)
 
 
-op("batch_norm", INDEX, _batch_norm_np,
+op("batch_norm", MAP, _batch_norm_np,
    "((({0} - {1}) * inverseSqrt({2} + {dtype}({eps}))) * {3} + {4})", _batch_norm_grad,
    saves=(0, 1, 2, 3), shape=_batch_norm_rule, dtype=one_dtype("batch_norm"), dtypes=FLOATS)

@@ -86,7 +86,7 @@ def _gelu32(x, out):
     np.multiply(xc, xc, out=powers[1])
     for k in range(2, len(powers)):
         np.multiply(powers[k - 1], powers[1], out=powers[k])
-    cdf, den = kernels.matmul(_GELU_F32_PQ, powers)
+    cdf, den = kernels.active().matmul(_GELU_F32_PQ, powers)
     cdf *= xc
     cdf /= den
     cdf += np.float32(0.5)
@@ -121,7 +121,7 @@ def _blocked(fn, x, out, *more):
 
 def gelu(x, out=None):
     """x * (1 + erf(x / sqrt(2))) / 2, the exact GELU."""
-    fast = kernels.gelu(x, out)
+    fast = kernels.active().gelu(x, out)
     if fast is not None:
         return fast
     return _blocked(_gelu, x, out)
@@ -150,7 +150,7 @@ def gelu_grad(g, x, y, out=None):
     smallest normal, and at x = 0), Phi's series 1/2 + x / sqrt(2 pi) is exact to the dtype's
     precision. Blocked like gelu: ~9 passes that stay in cache, where the same formula as
     ember ops ran 11 passes over memory with a temporary each (~5x slower, measured)."""
-    fast = kernels.gelu_grad(g, x, out)
+    fast = kernels.active().gelu_grad(g, x, out)
     if fast is not None:
         return fast
     if g.shape != x.shape or y.shape != x.shape:

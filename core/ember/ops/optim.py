@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import shape as S
 from ..errors import ShapeError
-from . import FLOATS, INDEX, one_dtype, op
+from .table import FLOATS, UPDATE, one_dtype, op
 
 
 def _adam_rule(xs, gs, ss, *scalars):
@@ -79,4 +79,4 @@ def _adam_block(x, g, m0, v0, new_x, m, v, tmp, w, small, c2, beta2, bc2_sqrt, e
     new_x += x
 
 
-op("adam", INDEX, _adam_np, "adam", None, shape=_adam_rule, dtype=_adam_dtype, dtypes=FLOATS)
+op("adam", UPDATE, _adam_np, None, None, shape=_adam_rule, dtype=_adam_dtype, dtypes=FLOATS)

@@ -62,7 +62,7 @@ def add_arguments(parser):
 
 
 def _backend(name):
-    from ..backend import from_name
+    from ..backend.base import from_name
     return from_name(name or os.environ.get("EMBER_BACKEND") or "ndarray")
 
 

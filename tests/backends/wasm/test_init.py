@@ -15,19 +15,14 @@ from ember.ops import kernels
 as_strided = np.lib.stride_tricks.as_strided
 
 
-@pytest.fixture(autouse=True)
-def kernels_restored():
-    """These tests install and uninstall the module (with stand-in loaders): afterwards
-    ops.kernels is bound as before (natively, possibly to backends/native)."""
-    before = {name: getattr(kernels, name) for name in kernels.NUMPY}
-    yield
-    for name, value in before.items():
-        setattr(kernels, name, value)
+K = wasm.KERNELS
 
 
 def test_natively_the_gemm_is_not_webassembly():
     # NumPy's, or natively compiled C's pool (backends/native), never this module's
-    assert kernels.matmul is not wasm.matmul
+    from ember.backend import NdArray
+    assert NdArray().kernels is not K and NdArray(kernels="numpy").kernels is kernels.NUMPY
+    assert kernels.active() is kernels.NUMPY  # outside an NdArray op
     assert wasm.variant() is None
 
 
@@ -53,7 +48,8 @@ def stand_in(monkeypatch):
         a, b = _at(pa, (m, k), sa), _at(pb, (k, n), sb)
         _at(pc, (m, n), (4 * n, 4))[...] = a.astype(np.float64) @ b.astype(np.float64)
 
-    monkeypatch.setattr(wasm, "_call", call)
+    monkeypatch.setattr(wasm.Wasm, "_call", lambda self, *args: call(*args))
+    monkeypatch.setattr(wasm, "_lib", object())  # "loaded": the set's methods run
     return calls
 
 
@@ -75,7 +71,7 @@ def _pair(sa, sb, dtype=np.float32):
 ])
 def test_dispatch_matches_numpy(stand_in, sa, sb):
     a, b = _pair(sa, sb)
-    got = wasm.matmul(a, b)
+    got = K.matmul(a, b)
     ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
     assert got.dtype == np.float32 and got.shape == ref.shape
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
@@ -85,9 +81,9 @@ def test_dispatch_matches_numpy(stand_in, sa, sb):
 def test_transposed_and_sliced_views_go_zero_copy(stand_in):
     a, b = _pair((40, 30), (50, 40))
     a_t, b_t = a.T[::-1], b.T[:, ::2]  # [30, 40] reversed rows, [40, 25] every other column
-    np.testing.assert_allclose(wasm.matmul(a_t, b_t), a_t @ b_t, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(K.matmul(a_t, b_t), a_t @ b_t, rtol=1e-4, atol=1e-4)
     x = rng.standard_normal((3, 50, 40)).astype(np.float32).transpose(0, 2, 1)  # [3, 40, 50]
-    np.testing.assert_allclose(wasm.matmul(x, b), x @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(K.matmul(x, b), x @ b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("sa, sb, dtype", [
@@ -98,65 +94,65 @@ def test_transposed_and_sliced_views_go_zero_copy(stand_in):
 ])
 def test_numpy_keeps_the_rest(stand_in, sa, sb, dtype):
     a, b = _pair(sa, sb, dtype)
-    np.testing.assert_array_equal(wasm.matmul(a, b), np.matmul(a, b))
+    np.testing.assert_array_equal(K.matmul(a, b), np.matmul(a, b))
     assert stand_in == []
 
 
 def test_shape_errors_are_numpys(stand_in):
     a, b = _pair((64, 30), (31, 64))
     with pytest.raises(ValueError, match="matmul"):
-        wasm.matmul(a, b)
+        K.matmul(a, b)
 
 
-def test_install_routes_and_uninstall_restores(monkeypatch, stand_in):
-    monkeypatch.setattr(wasm, "load", lambda: "simd128")
-    monkeypatch.setattr(wasm, "_variant", "simd128")
-    try:
-        assert wasm.install() == "simd128"
-        assert kernels.matmul is wasm.matmul and wasm.variant() == "simd128"
-    finally:
-        wasm.uninstall()
-    assert kernels.matmul is np.matmul and wasm.variant() is None
-
-
-def test_installed_on_first_use_not_at_import(monkeypatch, stand_in):
-    """install_on_first_use: nothing loads until a routed function is called; the first call
-    installs the kernels and is computed by them."""
+def test_loaded_on_first_use_not_at_import(monkeypatch, stand_in):
+    """Nothing loads until a method of the set is called; the first call loads the kernels
+    and is computed by them, and an NdArray running with the set routes its ops to them."""
+    from ember import Tensor
+    from ember.backend import NdArray
     loads = []
-    monkeypatch.setattr(wasm, "load", lambda: loads.append(1) or "simd128")
-    monkeypatch.setattr(wasm, "_variant", "simd128")
-    try:
-        wasm.install_on_first_use()
-        assert loads == [] and wasm.variant() is None
-        a, b = _pair((40, 50), (50, 30))
-        np.testing.assert_allclose(kernels.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
-        assert loads == [1] and kernels.matmul is wasm.matmul and stand_in == [(40, 30, 50)]
-        kernels.matmul(a, b)
-        assert loads == [1]
-    finally:
-        wasm.uninstall()
+    monkeypatch.setattr(wasm, "_lib", None)
+
+    def load():
+        loads.append(1)
+        wasm._lib = object()
+        return "simd128"
+    monkeypatch.setattr(wasm, "load", load)
+    B = NdArray(kernels=K)
+    assert loads == []
+    a, b = _pair((40, 50), (50, 30))
+    got = (Tensor.from_data(a, backend=B) @ Tensor.from_data(b, backend=B)).to_numpy()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+    assert loads == [1] and stand_in == [(40, 30, 50)]
+    K.matmul(a, b)
+    assert loads == [1]
+    # another instance in the same process keeps NumPy's GEMM
+    Tensor.from_data(a, backend=NdArray(kernels="numpy")).matmul(Tensor.from_data(b)).to_numpy()
+    assert stand_in == [(40, 30, 50)] * 2
 
 
 def test_a_module_that_does_not_load_leaves_numpy_with_one_warning(monkeypatch):
     def fail():
         raise OSError("no WebAssembly kernel module loads here")
     monkeypatch.setattr(wasm, "load", fail)
-    try:
-        wasm.install_on_first_use()
-        a, b = _pair((4, 5), (5, 3))
-        with pytest.warns(RuntimeWarning, match="NumPy computes everything"):
-            np.testing.assert_allclose(kernels.matmul(a, b), a @ b, rtol=1e-6)
-        assert kernels.matmul is np.matmul and kernels.add is np.add
-        np.testing.assert_array_equal(kernels.add(a, a), a + a)  # no second warning, NumPy's
-    finally:
-        wasm.uninstall()
+    monkeypatch.setattr(wasm, "_lib", None)
+    monkeypatch.setattr(wasm, "_failed", False)
+    a, b = _pair((4, 5), (5, 3))
+    with pytest.warns(RuntimeWarning, match="NumPy computes everything"):
+        np.testing.assert_allclose(K.matmul(a, b), a @ b, rtol=1e-6)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning (nor load), NumPy's results
+        np.testing.assert_array_equal(K.add(a, a), a + a)
+        assert K.take(a.reshape(-1), np.arange(3, dtype=np.int32)) is None
+    assert K.compile_plan([], [], [], [], None) is None
 
 
 @pytest.mark.parametrize("sa, sb", [((0, 2), (0, 1)), ((0, 5000), (1, 5000)), ((3, 0), (0,))])
-def test_binary_ops_on_empty_operands_are_numpys(sa, sb):
+def test_binary_ops_on_empty_operands_are_numpys(monkeypatch, sa, sb):
     # routed add/mul check sizes before they work out rows (an empty operand has none): found
     # by the conformance suite's property tests in Pyodide (a ZeroDivisionError before)
+    monkeypatch.setattr(wasm, "_lib", object())  # "loaded": a call into it would fail
     a, b = _pair(sa, sb)
-    for fn, ref in ((wasm.add, np.add), (wasm.multiply, np.multiply)):
+    for fn, ref in ((K.add, np.add), (K.multiply, np.multiply)):
         got = fn(a, b)
         assert got.shape == ref(a, b).shape and got.dtype == np.float32

@@ -23,9 +23,9 @@ spinning, so a convolution split over two threads ran at the speed of one (measu
 GEMMs (a large one split over the pool instead) and gives it its thread count back after: its
 workers never get ember's work, and NumPy code outside ember keeps OpenBLAS as it was.
 
-Like the WebAssembly kernels inside Pyodide (backends/wasm), this rebinds names of
-ember.ops.kernels, which the op table's NumPy implementations call; `status()` says what is in
-use and why.
+Like the WebAssembly kernels inside Pyodide (backends/wasm), this is a set of
+ember.ops.kernels (KERNELS, a `Native`), which NdArray(kernels="auto") runs with; `status()`
+says what is in use and why.
 """
 
 import ctypes
@@ -61,13 +61,11 @@ SIMD = ("-fopenmp-simd",)
 GCC_ONLY = ("-fno-tree-loop-distribute-patterns",)
 TUNE = ("-march=native",)
 
-_ROUTED = ("gelu", "gelu_grad", "conv2d", "conv_transpose2d", "conv2d_weight", "matmul",
-           "mask_where")
-_NUMPY = {name: kernels.NUMPY[name] for name in _ROUTED}
 _F32 = np.dtype(np.float32)
 _PQ = np.ascontiguousarray(numerics._GELU_F32_PQ, dtype=np.float32).reshape(-1)
 _lock = threading.Lock()
 _lib = None
+_failed = False  # a load failed: NumPy computes, and no second attempt (nor warning)
 _status = "not loaded yet"
 
 
@@ -189,7 +187,7 @@ class Library:
 
 
 def status():
-    """What computes ember.ops.kernels' native names in this process, and why."""
+    """What computes the native set's kernels in this process, and why."""
     if _lib is None and os.environ.get("EMBER_NATIVE") == "0":
         return "off (EMBER_NATIVE=0): NumPy computes everything"
     return _status
@@ -223,35 +221,61 @@ def _openblas():
     return None
 
 
-def install():
-    """Route GELU, mask_where, stride-1 convolutions and GEMMs to the native kernels and
-    ember's threads. Raises OSError when the kernels do not load (no compiler, or it
-    failed)."""
-    load()
-    for name in _ROUTED:
-        setattr(kernels, name, globals()[name])
+def _ready():
+    """True once the kernels are loaded; the first call loads (compiling them if this machine
+    has none cached). No compiler: False, silently (status() says so); a compiler that fails:
+    False, with one warning."""
+    global _status, _failed
+    if _lib is not None:
+        return True
+    if _failed:
+        return False
+    try:
+        load()
+        return True
+    except OSError as error:
+        _failed = True
+        _status = f"NumPy computes everything: {error}"
+        if compiler() is not None:
+            warnings.warn(f"ember: native kernels unavailable, NumPy computes everything "
+                          f"({error})", RuntimeWarning, stacklevel=4)
+        return False
 
 
-def uninstall():
-    for name, numpy_one in _NUMPY.items():
-        setattr(kernels, name, numpy_one)
+class Native(kernels.Kernels):
+    """NdArray's native set (NdArray(kernels="auto") on CPython): GELU, mask_where, stride-1
+    convolutions and GEMMs on the compiled kernels and ember's threads, loaded on first use;
+    where they cannot load, NumPy's set computes everything."""
+
+    name = "native"
+
+    def matmul(self, a, b):
+        return matmul(a, b) if _ready() else np.matmul(a, b)
+
+    def gelu(self, x, out=None):
+        return gelu(x, out) if _ready() else None
+
+    def gelu_grad(self, g, x, out=None):
+        return gelu_grad(g, x, out) if _ready() else None
+
+    def mask_where(self, x, mask, value, out=None):
+        return mask_where(x, mask, value, out) if _ready() else None
+
+    def conv2d(self, x, w, b, stride, padding, dilation, groups, out_hw):
+        return conv2d(x, w, b, stride, padding, dilation, groups, out_hw) if _ready() else None
+
+    def conv_transpose2d(self, x, w, stride, padding, dilation, groups, out_hw):
+        if not _ready():
+            return None
+        return conv_transpose2d(x, w, stride, padding, dilation, groups, out_hw)
+
+    def conv2d_weight(self, x, g, kernel, stride, padding, dilation, groups):
+        if not _ready():
+            return None
+        return conv2d_weight(x, g, kernel, stride, padding, dilation, groups)
 
 
-def install_on_first_use():
-    """Route to the kernels from the first call of a routed name on: each name is bound to a
-    stand-in that installs the kernels (compiling them if this machine has none cached) and
-    makes the call. No compiler: NumPy, silently (status() says so); a compiler that fails:
-    NumPy, with one warning."""
-    kernels.route_on_first_use(_ROUTED, install, _unavailable)
-
-
-def _unavailable(error):
-    global _status
-    uninstall()
-    _status = f"NumPy computes everything: {error}"
-    if compiler() is not None:
-        warnings.warn(f"ember: native kernels unavailable, NumPy computes everything ({error})",
-                      RuntimeWarning, stacklevel=3)
+KERNELS = Native()
 
 
 # ---- threads: a pool of a thread per core (the GEMMs' too: OpenBLAS is single-threaded) ----
@@ -504,5 +528,4 @@ def conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
     return sums.sum(axis=(0, 4), dtype=_F32).reshape(o, c, kh, kw)
 
 
-__all__ = ["build", "cache_dir", "compiler", "install", "install_on_first_use", "load",
-           "status", "uninstall"]
+__all__ = ["KERNELS", "Native", "build", "cache_dir", "compiler", "load", "status"]

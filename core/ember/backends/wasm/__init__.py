@@ -2,16 +2,16 @@
 convolutions, on NumPy's own buffers (zero copy).
 
 NumPy in Pyodide has no BLAS and no SIMD; kernels.c is a packed, register-blocked SIMD128 GEMM
-(relaxed SIMD where the engine has it), 5-20x faster there. `install()` rebinds
-ember.ops.kernels.matmul to `matmul` below, which takes float32 products above a measured
-break-even size and hands everything else to np.matmul. The same goes for the other inner
-loops of ember.ops.kernels a batch-1 forward spends its time in, where NumPy there runs one
+(relaxed SIMD where the engine has it), 5-20x faster there. KERNELS (a `Wasm`, the set of
+ember.ops.kernels NdArray(kernels="auto") runs with inside Pyodide) takes float32 products
+above a measured break-even size and hands everything else to np.matmul. The same goes for
+the other inner loops a batch-1 forward spends its time in, where NumPy there runs one
 scalar element at a time (~1-2 ns each): im2col's strided copy, max pooling's indices and its
 gather, comparisons with a scalar and the select of one (ReLU), add and multiply with a
 per-channel operand (bias, BatchNorm) — each 4-8x faster than NumPy there on activations.
 Convolutions run in one call each (columns, GEMM, bias), 3x3 ones at stride 1 through
-Winograd F(2x2, 3x3). NdArray installs them on import inside Pyodide; natively nothing here is
-loaded. EMBER_WASM=0 in the environment keeps NumPy.
+Winograd F(2x2, 3x3). The kernels load on the set's first call inside Pyodide; natively nothing
+here is loaded. EMBER_WASM=0 in the environment keeps NumPy.
 
 A plan that ember.jit captured goes further (compile_plan, at the end): its kernel calls are
 strung into programs that one call runs, so a replayed model pays the ctypes call and the
@@ -63,11 +63,6 @@ MIN_FLAT = 4096      # elements of a gather or a select (NumPy runs either a sca
 
 _F32 = np.dtype(np.float32)
 _BYTE = ctypes.c_byte
-# the names of ops.kernels this module rebinds (to its functions of the same names), and what
-# they are bound to before: NumPy's, or "no faster kernel here" (uninstall restores them)
-_ROUTED = ("matmul", "conv2d", "copyto", "max_pool2d_indices", "max_pool2d", "take", "where",
-           "compare", "relu", "add", "multiply")
-_NUMPY = {name: kernels.NUMPY[name] for name in _ROUTED}
 _BOOL = np.dtype(np.bool_)
 _I32 = np.dtype(np.int32)
 _lib = None        # the loaded ctypes.CDLL, or None
@@ -110,56 +105,67 @@ def _warm_up():
     x8, w8 = np.ones((1, 8, 12, 12), _F32), a.reshape(-1)[:576].reshape(8, 8, 3, 3)
     flat, mask, idx = a.reshape(-1), a > 0, np.arange(4096, dtype=np.int32)
     relu_program = _words([PROGRAM_KERNELS["relu_f32"][0], 3, _addr(a), _addr(a), a.size])
+    k = KERNELS
     for _ in range(3):
-        take(flat, idx)
-        where(mask, 0, a)
-        compare(np.less_equal, a, 0)
-        add(a, a[:1])
-        multiply(a, a)
-        _gemm(a, a)
-        _gemm(a[:1], a)
-        _gemm(a[:1], a.T)
+        k.take(flat, idx)
+        k.where(mask, 0, a)
+        k.compare(np.less_equal, a, 0)
+        k.add(a, a[:1])
+        k.multiply(a, a)
+        k._gemm(a, a)
+        k._gemm(a[:1], a)
+        k._gemm(a[:1], a.T)
         _lib.copy_strided(a.ctypes.data, a.T.ctypes.data, 1, 1, 1, 1, 64, 64, 0, 0, 0, 0, 1, 64)
-        max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (8, 8))
-        relu(a, out=a)
-        conv2d(x, a.reshape(-1)[:288].reshape(8, 4, 3, 3), a[0, :8], (1, 1), ((0, 0), (0, 0)),
-               (1, 1), 1, (14, 14))
-        conv2d(x8, w8, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1, (12, 12))  # Winograd
+        k.max_pool2d(x, (3, 3), (2, 2), (1, 1), (1, 1), (8, 8))
+        k.relu(a, out=a)
+        k.conv2d(x, a.reshape(-1)[:288].reshape(8, 4, 3, 3), a[0, :8], (1, 1),
+                 ((0, 0), (0, 0)), (1, 1), 1, (14, 14))
+        k.conv2d(x8, w8, None, (1, 1), ((1, 1), (1, 1)), (1, 1), 1, (12, 12))  # Winograd
         _lib.run_program(_addr(relu_program), len(relu_program))  # a replay's programs
 
 
 def variant():
     """The kernel build in use ('relaxed' or 'simd128'), or None when NumPy does it all."""
-    return _variant if kernels.matmul is matmul else None
+    return _variant
 
 
-def install():
-    """Route float32 GEMMs, strided copies and max pooling to the kernels; the variant in use.
-    Raises OSError if none loads."""
-    name = load()
-    for routed in _ROUTED:
-        setattr(kernels, routed, globals()[routed])
-    return name
+_failed = False  # a load failed: NumPy computes, and no second attempt (nor warning)
 
 
-def install_on_first_use():
-    """Route to the kernels from the first call of any routed function on: each is bound to a
-    stand-in that installs the kernels (or, when none loads, warns once and leaves NumPy in
-    place) and then makes the call. Loading costs 50-150 ms in Pyodide (the dynamic linker,
-    compiling, tiering the kernels up): at `import ember` that delayed every page's `ready`,
-    and a page that never computes never needs it."""
-    kernels.route_on_first_use(_ROUTED, install, _unavailable)
+def _ready():
+    """True once the kernels are loaded; the first call loads them, or warns once and leaves
+    NumPy computing (no .wasm in this install, or an engine without SIMD). Loading costs
+    50-150 ms in Pyodide (the dynamic linker, compiling, tiering the kernels up): at
+    `import ember` that delayed every page's `ready`, and a page that never computes never
+    needs it."""
+    global _failed
+    if _lib is not None:
+        return True
+    if not _failed:
+        try:
+            load()
+            return True
+        except OSError as error:
+            _failed = True
+            warnings.warn(f"ember: WebAssembly kernels unavailable, NumPy computes everything "
+                          f"({error})", RuntimeWarning, stacklevel=4)
+    return False
 
 
-def _unavailable(error):  # no .wasm in this install, or an engine without SIMD
-    uninstall()
-    warnings.warn(f"ember: WebAssembly kernels unavailable, NumPy computes everything "
-                  f"({error})", RuntimeWarning, stacklevel=3)
+def _kernel(method):
+    """A method of the set that runs on the kernels once they load (else NumPy's method of
+    the same name), its result noted while compile_plan records."""
+    numpy_one = getattr(kernels.Kernels, method.__name__)
 
-
-def uninstall():
-    for name, numpy_one in _NUMPY.items():
-        setattr(kernels, name, numpy_one)
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        if self.lib is None and not _ready():
+            return numpy_one(self, *args, **kwargs)
+        out = method(self, *args, **kwargs)
+        if self.routed is not None:
+            self.routed.append(out)
+        return out
+    return run
 
 
 def _addr(x):
@@ -183,118 +189,11 @@ def _workspace(floats):
     return _work_ptr
 
 
-def _gemm(a, b):
-    """a [m, k] @ b [k, n] (float32, any strides) into a new C-contiguous array."""
-    m, k = a.shape
-    n = b.shape[1]
-    out = np.empty((m, n), _F32)
-    _call(a.strides, b.strides, _addr(a), _addr(b), _new_addr(out), m, n, k)
-    return out
-
-
 def _gemm_work(n, k):
     """Floats of scratch sgemm needs for a product with n columns and depth k: the module's
     sgemm_work_size, computed here from its constants (read once) to save a call."""
     mr, nr, kc, mc = _sizes
     return min(k, kc) * -(-n // nr) * nr + mc * kc + mr * nr
-
-
-def _call(sa, sb, pa, pb, pc, m, n, k):
-    """One GEMM on raw addresses: sa, sb are the (row, column) byte strides of A and B; C is
-    C-contiguous [m, n]."""
-    work = _workspace(_gemm_work(n, k))
-    status = _lib.sgemm(m, n, k, pa, sa[0] >> 2, sa[1] >> 2, pb, sb[0] >> 2, sb[1] >> 2, pc, n,
-                        work, _work_len)
-    if status:  # the module sizes the workspace itself: this is a bug, not bad input
-        raise RuntimeError(f"sgemm refused {m}x{k} @ {k}x{n} (status {status})")
-
-
-def matmul(a, b):
-    """np.matmul(a, b), float32 products of at least MIN_MACS multiply-adds on the kernels."""
-    if (a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2
-            or a.shape[-1] != b.shape[-2]):
-        return np.matmul(a, b)  # other dtypes, vectors; NumPy also words the shape errors
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    if m * n * k < MIN_MACS or any(s & 3 for s in a.strides + b.strides):
-        return np.matmul(a, b)  # (strides that are not whole floats: odd as_strided views)
-    if a.ndim == 2 and b.ndim == 2:
-        return _gemm(a, b)
-    if a.size == m * k and b.size == k * n:
-        # every batch dim is 1 (a convolution at batch 1: [1, O, K] @ [1, 1, K, P]): one GEMM
-        # on the matrices' own views, skipping the batch bookkeeping below (~100 us in Pyodide)
-        lead = (1,) * (max(a.ndim, b.ndim) - 2)
-        return _gemm(a.reshape(m, k), b.reshape(k, n)).reshape(lead + (m, n))
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out = np.empty(batch + (m, n), _F32)
-    # one GEMM per batch entry; a batch dim an input lacks or has as 1 is broadcast (stride 0)
-    nd = len(batch)
-    steps = []
-    for x in (a, b, out):
-        lead = nd - x.ndim + 2
-        steps.append((0,) * lead + tuple(0 if d == 1 else s
-                                         for d, s in zip(x.shape[:-2], x.strides[:-2])))
-    (sa, sb, so), ra, rb = steps, a.strides[-2:], b.strides[-2:]
-    pa0, pb0, pc0 = _addr(a), _addr(b), _new_addr(out)
-    for index in np.ndindex(*batch):
-        pa, pb, pc = pa0, pb0, pc0
-        for i, v in enumerate(index):
-            pa += v * sa[i]
-            pb += v * sb[i]
-            pc += v * so[i]
-        _call(ra, rb, pa, pb, pc, m, n, k)
-    return out
-
-
-def conv2d(x, w, b, stride, padding, dilation, groups, out_hw):
-    """conv2d's float32 result [N, O, OH, OW] with its bias (b or None) on the kernel: the
-    columns, the GEMM and the bias add in one call, per image (the columns of one image stay in
-    cache), or Winograd's transforms and 16 GEMMs for 3x3 at stride 1 (MIN_WINOGRAD); None where
-    NumPy's path runs (other dtypes, products below MIN_MACS)."""
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    oh, ow = out_hw
-    k, p = cg * kh * kw, oh * ow
-    if (x.dtype != _F32 or w.dtype != _F32 or (b is not None and b.dtype != _F32)
-            or o * p * k < MIN_MACS or any(s & 3 for s in x.strides)
-            or not w.flags.c_contiguous or (b is not None and not b.flags.c_contiguous)):
-        return None
-    out = np.empty((n, o, oh, ow), _F32)
-    if out.size == 0:
-        return out
-    (top, _), (left, _) = padding
-    if (kh == kw == 3 and stride == (1, 1) and dilation == (1, 1) and groups == 1
-            and min(c, o) >= MIN_WINOGRAD and p >= MIN_WINOGRAD_PIXELS):
-        floats = _lib.conv2d_winograd_work_size(c, o, oh, ow)
-        status = _lib.conv2d_winograd_f32(_addr(x), n, c, h, wd, *(s >> 2 for s in x.strides),
-                                          _addr(w), o, top, left, oh, ow,
-                                          0 if b is None else _addr(b), _new_addr(out),
-                                          _workspace(floats), floats)
-        if status:
-            raise RuntimeError(f"conv2d_winograd_f32 refused x {x.shape} w {w.shape}")
-        return out
-    gemm = _gemm_work(p, k)
-    work = _workspace(k * p + gemm)
-    status = _lib.conv2d_f32(_addr(x), n, c, h, wd, *(s >> 2 for s in x.strides), _addr(w), o,
-                             kh, kw, *stride, top, left, *dilation, groups, oh, ow,
-                             0 if b is None else _addr(b), _new_addr(out), work,
-                             work + 4 * k * p, gemm)
-    if status:  # the workspace is sized here from the module's own constants: a bug
-        raise RuntimeError(f"conv2d_f32 refused x {x.shape} w {w.shape} (status {status})")
-    return out
-
-
-def copyto(dst, src):
-    """np.copyto(dst, src) for a C-contiguous float32 dst and a same-shaped float32 src (a
-    strided view of up to 6 dims) on the kernel; anything else by NumPy."""
-    if (dst.dtype != _F32 or src.dtype != _F32 or dst.shape != src.shape or src.ndim > 6
-            or dst.size < MIN_COPY or not dst.flags.c_contiguous
-            or any(s & 3 for s in src.strides)):
-        return np.copyto(dst, src)
-    pad = 6 - src.ndim
-    shape = (1,) * pad + src.shape
-    strides = (0,) * pad + tuple(s >> 2 for s in src.strides)
-    _lib.copy_strided(_addr(dst), _addr(src), *shape, *strides)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -310,51 +209,6 @@ def _pool_args(shape, strides, dtype, kernel, stride, padding, dilation, out_hw)
                                     *padding, *dilation, *out_hw)
 
 
-def _pool(x, kernel, stride, padding, dilation, out_hw, values):
-    """One scan of the pooling kernel: (indices, None), or (None, values) with the indices in
-    scratch, or None where NumPy's implementation runs (the op's shape rule has checked the
-    geometry already)."""
-    args = _pool_args(x.shape, x.strides, x.dtype, kernel, stride, padding, dilation, out_hw)
-    if args is None:
-        return None
-    shape, ints = args
-    if values:  # the indices only as the scan's scratch
-        vals = np.empty(shape, _F32)
-        _lib.max_pool2d_indices(_addr(x), *ints, _workspace(math.prod(shape)), _new_addr(vals))
-        return None, vals
-    idx = np.empty(shape, np.int32)
-    _lib.max_pool2d_indices(_addr(x), *ints, _new_addr(idx), 0)
-    return idx, None
-
-
-def max_pool2d_indices(x, kernel, stride, padding, dilation, out_hw):
-    """max_pool2d_indices' int32 [N, C, OH, OW] for float32 x on the kernel, else None."""
-    got = _pool(x, kernel, stride, padding, dilation, out_hw, False)
-    return None if got is None else got[0]
-
-
-def max_pool2d(x, kernel, stride, padding, dilation, out_hw):
-    """max_pool2d's float32 [N, C, OH, OW] on the kernel (it finds the indices on the way, into
-    scratch), else None."""
-    got = _pool(x, kernel, stride, padding, dilation, out_hw, True)
-    return None if got is None else got[1]
-
-
-def relu(x, out=None):
-    """np.maximum(x, 0, out=out) for a contiguous float32 x (out: None or x itself, NdArray's
-    ownership rule) on the kernel; anything else by NumPy."""
-    if (x.dtype != _F32 or x.size < MIN_FLAT or not x.flags.c_contiguous
-            or (out is not None and out is not x)):
-        return _NUMPY["relu"](x, out=out)
-    if out is None:
-        out = np.empty(x.shape, _F32)
-        pout = _new_addr(out)
-    else:
-        pout = _addr(out)
-    _lib.relu_f32(pout, _addr(x), x.size)
-    return out
-
-
 def _f32_bits(value):
     """The bits of a Python number as float32, or None where float32 does not hold it exactly
     (NaN it does): there NumPy's own conversion and rounding rules apply."""
@@ -366,52 +220,9 @@ def _f32_bits(value):
     return int(v.view(np.int32))
 
 
-def take(x, idx):
-    """x[idx] for a contiguous 1-D float32 x and contiguous int32 indices on the kernel; None
-    for anything else, or when an index is out of range (the caller's path reports it)."""
-    n = idx.size
-    if (x.dtype != _F32 or idx.dtype != _I32 or x.ndim != 1 or n < MIN_FLAT
-            or not (x.flags.c_contiguous and idx.flags.c_contiguous)):
-        return None
-    out = np.empty(idx.shape, _F32)
-    if _lib.take_f32(_new_addr(out), _addr(x), x.size, _addr(idx), n):
-        return None
-    return out
-
-
-def where(mask, value, x):
-    """np.where(mask, value, x) for a float32 x, a bool mask of its shape (both contiguous) and
-    a Python number that float32 holds exactly, on the kernel; anything else by NumPy."""
-    if (x.dtype != _F32 or mask.dtype != _BOOL or x.shape != mask.shape or x.size < MIN_FLAT
-            or type(value) not in (int, float)
-            or not (x.flags.c_contiguous and mask.flags.c_contiguous)):
-        return np.where(mask, value, x)
-    bits = _f32_bits(value)
-    if bits is None:
-        return np.where(mask, value, x)
-    out = np.empty(x.shape, _F32)
-    _lib.select_f32(_new_addr(out), _addr(mask), bits, _addr(x), x.size)
-    return out
-
-
 # the comparison ufuncs the kernel has, by its codes
 _COMPARES = {np.equal: 0, np.not_equal: 1, np.less: 2, np.less_equal: 3, np.greater: 4,
              np.greater_equal: 5}
-
-
-def compare(ufunc, a, b):
-    """ufunc(a, b) for a comparison ufunc; a contiguous float32 array against a Python number
-    that float32 holds exactly (NumPy compares in float32 there too) on the kernel."""
-    code = _COMPARES.get(ufunc)
-    if (code is None or type(a) is not np.ndarray or type(b) not in (int, float)
-            or a.dtype != _F32 or a.size < MIN_FLAT or not a.flags.c_contiguous):
-        return ufunc(a, b)
-    bits = _f32_bits(b)
-    if bits is None:
-        return ufunc(a, b)
-    out = np.empty(a.shape, _BOOL)
-    _lib.compare_f32(_new_addr(out), _addr(a), bits, code, a.size)
-    return out
 
 
 @functools.lru_cache(maxsize=4096)
@@ -436,39 +247,252 @@ def _rows(ashape, bshape):
     return rows, size // rows, math.prod(bshape)
 
 
-def _binary(code, ufunc, a, b, out):
-    if (type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32
-            or b.dtype != _F32):
-        return ufunc(a, b, out=out)  # Python scalars, other dtypes
-    if b.size > a.size:
-        a, b = b, a  # both ops commute: the larger operand sets the rows
-    if a.size < MIN_FLAT:  # (first: an empty operand has no rows to divide by)
-        return ufunc(a, b, out=out)
-    geometry = _rows(a.shape, b.shape)
-    if (geometry is None
-            or (geometry[1] < 4 and geometry[2] != geometry[0])  # rows too short to pay
-            or not (a.flags.c_contiguous and b.flags.c_contiguous)
-            or (out is not None and not (out.dtype == _F32 and out.shape == a.shape
-                                         and out.flags.c_contiguous))):
-        return ufunc(a, b, out=out)
-    if out is None:
-        out = np.empty(a.shape, _F32)
-        pout = _new_addr(out)
-    else:  # an input handed over by NdArray's ownership rule (see the kernel: aliasing is fine)
-        pout = _addr(out)
-    _lib.rows_f32(pout, _addr(a), _addr(b), *geometry, code)
-    return out
+class Wasm(kernels.Kernels):
+    """NdArray's set inside Pyodide (NdArray(kernels="auto") there): the WebAssembly SIMD
+    kernels, loaded on first use (NumPy's set computes where none loads). The size thresholds
+    are attributes, so compile_plan's recording set can lower them without touching the
+    module."""
+
+    name = "wasm"
+    min_macs, min_copy, min_flat = MIN_MACS, MIN_COPY, MIN_FLAT
+    routed = None  # compile_plan's recording set: the list each routed result is noted in
+
+    @property
+    def lib(self):
+        return _lib
+
+    def _gemm(self, a, b):
+        """a [m, k] @ b [k, n] (float32, any strides) into a new C-contiguous array."""
+        m, k = a.shape
+        n = b.shape[1]
+        out = np.empty((m, n), _F32)
+        self._call(a.strides, b.strides, _addr(a), _addr(b), _new_addr(out), m, n, k)
+        return out
+
+    def _call(self, sa, sb, pa, pb, pc, m, n, k):
+        """One GEMM on raw addresses: sa, sb are the (row, column) byte strides of A and B; C is
+        C-contiguous [m, n]."""
+        work = _workspace(_gemm_work(n, k))
+        status = self.lib.sgemm(m, n, k, pa, sa[0] >> 2, sa[1] >> 2, pb, sb[0] >> 2,
+                                sb[1] >> 2, pc, n, work, _work_len)
+        if status:  # the module sizes the workspace itself: this is a bug, not bad input
+            raise RuntimeError(f"sgemm refused {m}x{k} @ {k}x{n} (status {status})")
+
+    @_kernel
+    def matmul(self, a, b):
+        """np.matmul(a, b), float32 products of at least min_macs multiply-adds on the
+        kernels."""
+        if (a.dtype != _F32 or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2
+                or a.shape[-1] != b.shape[-2]):
+            return np.matmul(a, b)  # other dtypes, vectors; NumPy also words the shape errors
+        m, k = a.shape[-2:]
+        n = b.shape[-1]
+        if m * n * k < self.min_macs or any(s & 3 for s in a.strides + b.strides):
+            return np.matmul(a, b)  # (strides that are not whole floats: odd as_strided views)
+        if a.ndim == 2 and b.ndim == 2:
+            return self._gemm(a, b)
+        if a.size == m * k and b.size == k * n:
+            # every batch dim is 1 (a convolution at batch 1: [1, O, K] @ [1, 1, K, P]): one GEMM
+            # on the matrices' own views, skipping the batch bookkeeping below (~100 us in Pyodide)
+            lead = (1,) * (max(a.ndim, b.ndim) - 2)
+            return self._gemm(a.reshape(m, k), b.reshape(k, n)).reshape(lead + (m, n))
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        out = np.empty(batch + (m, n), _F32)
+        # one GEMM per batch entry; a batch dim an input lacks or has as 1 is broadcast (stride 0)
+        nd = len(batch)
+        steps = []
+        for x in (a, b, out):
+            lead = nd - x.ndim + 2
+            steps.append((0,) * lead + tuple(0 if d == 1 else s
+                                             for d, s in zip(x.shape[:-2], x.strides[:-2])))
+        (sa, sb, so), ra, rb = steps, a.strides[-2:], b.strides[-2:]
+        pa0, pb0, pc0 = _addr(a), _addr(b), _new_addr(out)
+        for index in np.ndindex(*batch):
+            pa, pb, pc = pa0, pb0, pc0
+            for i, v in enumerate(index):
+                pa += v * sa[i]
+                pb += v * sb[i]
+                pc += v * so[i]
+            self._call(ra, rb, pa, pb, pc, m, n, k)
+        return out
+
+    @_kernel
+    def conv2d(self, x, w, b, stride, padding, dilation, groups, out_hw):
+        """conv2d's float32 result [N, O, OH, OW] with its bias (b or None) on the kernel: the
+        columns, the GEMM and the bias add in one call, per image (the columns of one image stay in
+        cache), or Winograd's transforms and 16 GEMMs for 3x3 at stride 1 (MIN_WINOGRAD); None where
+        NumPy's path runs (other dtypes, products below self.min_macs)."""
+        n, c, h, wd = x.shape
+        o, cg, kh, kw = w.shape
+        oh, ow = out_hw
+        k, p = cg * kh * kw, oh * ow
+        if (x.dtype != _F32 or w.dtype != _F32 or (b is not None and b.dtype != _F32)
+                or o * p * k < self.min_macs or any(s & 3 for s in x.strides)
+                or not w.flags.c_contiguous or (b is not None and not b.flags.c_contiguous)):
+            return None
+        out = np.empty((n, o, oh, ow), _F32)
+        if out.size == 0:
+            return out
+        (top, _), (left, _) = padding
+        if (kh == kw == 3 and stride == (1, 1) and dilation == (1, 1) and groups == 1
+                and min(c, o) >= MIN_WINOGRAD and p >= MIN_WINOGRAD_PIXELS):
+            floats = self.lib.conv2d_winograd_work_size(c, o, oh, ow)
+            status = self.lib.conv2d_winograd_f32(
+                _addr(x), n, c, h, wd, *(s >> 2 for s in x.strides), _addr(w), o, top, left,
+                oh, ow, 0 if b is None else _addr(b), _new_addr(out), _workspace(floats), floats)
+            if status:
+                raise RuntimeError(f"conv2d_winograd_f32 refused x {x.shape} w {w.shape}")
+            return out
+        gemm = _gemm_work(p, k)
+        work = _workspace(k * p + gemm)
+        status = self.lib.conv2d_f32(
+            _addr(x), n, c, h, wd, *(s >> 2 for s in x.strides), _addr(w), o, kh, kw, *stride,
+            top, left, *dilation, groups, oh, ow, 0 if b is None else _addr(b), _new_addr(out),
+            work, work + 4 * k * p, gemm)
+        if status:  # the workspace is sized here from the module's own constants: a bug
+            raise RuntimeError(f"conv2d_f32 refused x {x.shape} w {w.shape} (status {status})")
+        return out
+
+    @_kernel
+    def copyto(self, dst, src):
+        """np.copyto(dst, src) for a C-contiguous float32 dst and a same-shaped float32 src (a
+        strided view of up to 6 dims) on the kernel; anything else by NumPy."""
+        if (dst.dtype != _F32 or src.dtype != _F32 or dst.shape != src.shape or src.ndim > 6
+                or dst.size < self.min_copy or not dst.flags.c_contiguous
+                or any(s & 3 for s in src.strides)):
+            return np.copyto(dst, src)
+        pad = 6 - src.ndim
+        shape = (1,) * pad + src.shape
+        strides = (0,) * pad + tuple(s >> 2 for s in src.strides)
+        self.lib.copy_strided(_addr(dst), _addr(src), *shape, *strides)
+
+    def _pool(self, x, kernel, stride, padding, dilation, out_hw, values):
+        """One scan of the pooling kernel: (indices, None), or (None, values) with the indices in
+        scratch, or None where NumPy's implementation runs (the op's shape rule has checked the
+        geometry already)."""
+        args = _pool_args(x.shape, x.strides, x.dtype, kernel, stride, padding, dilation, out_hw)
+        if args is None:
+            return None
+        shape, ints = args
+        if values:  # the indices only as the scan's scratch
+            vals = np.empty(shape, _F32)
+            self.lib.max_pool2d_indices(_addr(x), *ints, _workspace(math.prod(shape)),
+                                        _new_addr(vals))
+            return None, vals
+        idx = np.empty(shape, np.int32)
+        self.lib.max_pool2d_indices(_addr(x), *ints, _new_addr(idx), 0)
+        return idx, None
+
+    @_kernel
+    def max_pool2d_indices(self, x, kernel, stride, padding, dilation, out_hw):
+        """max_pool2d_indices' int32 [N, C, OH, OW] for float32 x on the kernel, else None."""
+        got = self._pool(x, kernel, stride, padding, dilation, out_hw, False)
+        return None if got is None else got[0]
+
+    @_kernel
+    def max_pool2d(self, x, kernel, stride, padding, dilation, out_hw):
+        """max_pool2d's float32 [N, C, OH, OW] on the kernel (it finds the indices on the way, into
+        scratch), else None."""
+        got = self._pool(x, kernel, stride, padding, dilation, out_hw, True)
+        return None if got is None else got[1]
+
+    @_kernel
+    def relu(self, x, out=None):
+        """np.maximum(x, 0, out=out) for a contiguous float32 x (out: None or x itself, NdArray's
+        ownership rule) on the kernel; anything else by NumPy."""
+        if (x.dtype != _F32 or x.size < self.min_flat or not x.flags.c_contiguous
+                or (out is not None and out is not x)):
+            return kernels.Kernels.relu(self, x, out=out)
+        if out is None:
+            out = np.empty(x.shape, _F32)
+            pout = _new_addr(out)
+        else:
+            pout = _addr(out)
+        self.lib.relu_f32(pout, _addr(x), x.size)
+        return out
+
+    @_kernel
+    def take(self, x, idx):
+        """x[idx] for a contiguous 1-D float32 x and contiguous int32 indices on the kernel; None
+        for anything else, or when an index is out of range (the caller's path reports it)."""
+        n = idx.size
+        if (x.dtype != _F32 or idx.dtype != _I32 or x.ndim != 1 or n < self.min_flat
+                or not (x.flags.c_contiguous and idx.flags.c_contiguous)):
+            return None
+        out = np.empty(idx.shape, _F32)
+        if self.lib.take_f32(_new_addr(out), _addr(x), x.size, _addr(idx), n):
+            return None
+        return out
+
+    @_kernel
+    def where(self, mask, value, x):
+        """np.where(mask, value, x) for a float32 x, a bool mask of its shape (both contiguous) and
+        a Python number that float32 holds exactly, on the kernel; anything else by NumPy."""
+        if (x.dtype != _F32 or mask.dtype != _BOOL or x.shape != mask.shape
+                or x.size < self.min_flat or type(value) not in (int, float)
+                or not (x.flags.c_contiguous and mask.flags.c_contiguous)):
+            return np.where(mask, value, x)
+        bits = _f32_bits(value)
+        if bits is None:
+            return np.where(mask, value, x)
+        out = np.empty(x.shape, _F32)
+        self.lib.select_f32(_new_addr(out), _addr(mask), bits, _addr(x), x.size)
+        return out
+
+    @_kernel
+    def compare(self, ufunc, a, b):
+        """ufunc(a, b) for a comparison ufunc; a contiguous float32 array against a Python number
+        that float32 holds exactly (NumPy compares in float32 there too) on the kernel."""
+        code = _COMPARES.get(ufunc)
+        if (code is None or type(a) is not np.ndarray or type(b) not in (int, float)
+                or a.dtype != _F32 or a.size < self.min_flat or not a.flags.c_contiguous):
+            return ufunc(a, b)
+        bits = _f32_bits(b)
+        if bits is None:
+            return ufunc(a, b)
+        out = np.empty(a.shape, _BOOL)
+        self.lib.compare_f32(_new_addr(out), _addr(a), bits, code, a.size)
+        return out
+
+    def _binary(self, code, ufunc, a, b, out):
+        if (type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32
+                or b.dtype != _F32):
+            return ufunc(a, b, out=out)  # Python scalars, other dtypes
+        if b.size > a.size:
+            a, b = b, a  # both ops commute: the larger operand sets the rows
+        if a.size < self.min_flat:  # (first: an empty operand has no rows to divide by)
+            return ufunc(a, b, out=out)
+        geometry = _rows(a.shape, b.shape)
+        if (geometry is None
+                or (geometry[1] < 4 and geometry[2] != geometry[0])  # rows too short to pay
+                or not (a.flags.c_contiguous and b.flags.c_contiguous)
+                or (out is not None and not (out.dtype == _F32 and out.shape == a.shape
+                                             and out.flags.c_contiguous))):
+            return ufunc(a, b, out=out)
+        if out is None:
+            out = np.empty(a.shape, _F32)
+            pout = _new_addr(out)
+        else:  # an input handed over by NdArray's ownership rule (see the kernel: aliasing is fine)
+            pout = _addr(out)
+        self.lib.rows_f32(pout, _addr(a), _addr(b), *geometry, code)
+        return out
+
+    @_kernel
+    def add(self, a, b, out=None):
+        """np.add(a, b, out=out); float32 arrays of one shape, or with a per-channel operand (a
+        bias), on the kernel."""
+        return self._binary(0, np.add, a, b, out)
+
+    @_kernel
+    def multiply(self, a, b, out=None):
+        """np.multiply(a, b, out=out), as add."""
+        return self._binary(1, np.multiply, a, b, out)
+
+    def compile_plan(self, steps, table, inputs, outputs, execute):
+        return compile_plan(steps, table, inputs, outputs, execute)
 
 
-def add(a, b, out=None):
-    """np.add(a, b, out=out); float32 arrays of one shape, or with a per-channel operand (a
-    bias), on the kernel."""
-    return _binary(0, np.add, a, b, out)
-
-
-def multiply(a, b, out=None):
-    """np.multiply(a, b, out=out), as add."""
-    return _binary(1, np.multiply, a, b, out)
+KERNELS = Wasm()
 
 
 # ---- lowering a replayed plan (ember.jit) to one call per run of kernels ----------------------
@@ -502,6 +526,22 @@ class _Recording:
         return call
 
 
+class _Recorder(Wasm):
+    """The set compile_plan runs a plan's steps with: the kernels with every call noted, each
+    routed result noted, and the size thresholds at their minimum (inside a program a call
+    costs nothing)."""
+
+    min_macs = min_copy = min_flat = 1
+
+    def __init__(self):
+        self.calls, self.routed = [], []
+        self._recording = _Recording(_lib, self.calls)
+
+    @property
+    def lib(self):
+        return self._recording
+
+
 def _word(value):
     """An int32 program word: addresses of 2 GiB and up wrap (the kernel reads them unsigned)."""
     return value - (1 << 32) if value >= 1 << 31 else value
@@ -525,40 +565,24 @@ def compile_plan(steps, table, inputs, outputs, execute):
     inputs: the arguments' arrays of this run (slots 0..); outputs: the result slots.
     runner(arrays) -> {slot: array} for the output slots, or None when the arguments' layout
     differs from this run's (the caller replays op by op)."""
-    global _lib
-    if _lib is None or kernels.matmul is not matmul:
+    if _lib is None:
         return None
     values = list(table)
     values[:len(inputs)] = inputs
     dynamic = set(range(len(inputs)))  # slots whose arrays change from run to run
     layouts = [(x.shape, x.strides) for x in inputs]
-    routed, calls = [], []
-    saved = {name: getattr(kernels, name) for name in _ROUTED}
-    limits = {name: globals()[name] for name in ("MIN_MACS", "MIN_COPY", "MIN_FLAT")}
-
-    def noting(fn):
-        def call(*args, **kwargs):
-            out = fn(*args, **kwargs)
-            routed.append(out)
-            return out
-        return call
-
+    recorder = _Recorder()
     segments, program, patches, work_len = [], [], [], 0
-    real = _lib
-    try:
-        _lib = _Recording(real, calls)
-        globals().update(dict.fromkeys(limits, 1))
-        for name, fn in saved.items():
-            setattr(kernels, name, noting(fn))
+    with kernels.using(recorder):  # (this context's ops only: other threads keep their sets)
         for op, ins, attrs, shape, dtype, out in steps:
             args = [values[s] for s in ins]
-            routed.clear()
-            calls.clear()
+            recorder.routed.clear()
+            recorder.calls.clear()
             result = op.np(*args, **attrs)
             if type(result) is not np.ndarray:
                 result = np.asarray(result)
             values[out] = result
-            words = _lower(ins, result, values, dynamic, routed, calls)
+            words = _lower(ins, result, values, dynamic, recorder.routed, recorder.calls)
             if words is None:  # runs as itself, between programs
                 if program:
                     segments.append((_words(program), patches))
@@ -569,12 +593,7 @@ def compile_plan(steps, table, inputs, outputs, execute):
             for word, slot, offset in words[1]:
                 patches.append((len(program) + word, slot, offset))
             program += words[0]
-            work_len = max([work_len] + [c[3] for c in calls])
-    finally:
-        _lib = real
-        globals().update(limits)
-        for name, fn in saved.items():
-            setattr(kernels, name, fn)
+            work_len = max([work_len] + [c[3] for c in recorder.calls])
     if program:
         segments.append((_words(program), patches))
     if not any(type(s[0]) is np.ndarray for s in segments):

@@ -22,7 +22,7 @@ DX12; Mesa's lavapipe on machines without a GPU) and in the browser through Pyod
 
 import numpy as np
 
-from ...backend import Backend, register
+from ...backend.base import Backend
 from ...errors import DTypeError
 from . import runners
 from .custom import custom_op, register_kernel
@@ -143,6 +143,5 @@ def _default_bridge():
     return "browser" if sys.platform == "emscripten" else "native"
 
 
-register("wgpu", Wgpu)
 
 __all__ = ["Wgpu", "custom_op", "register_kernel"]

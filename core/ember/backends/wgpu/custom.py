@@ -17,7 +17,7 @@ broadcasting, scalars and buffer reuse included):
         grad=lambda g, y, x: (g * (y + (x.sigmoid() * (1 - y))),), saves=(0, "out"))
     y = swish(x)            # x: a Tensor on NdArray(), Wgpu(), Autodiff(Wgpu()), ...
 
-Any other op names a kernel, registered with `register_kernel(name, runner)`. The runner
+Any op can instead have a kernel of its own, from `register_kernel(op, runner)`. The runner
 receives the Wgpu backend and the op's prims and returns the result's prim; `launch` runs a
 WGSL source over dense prims. `fused_softmax` below is the worked example (a softmax over the
 last dim in one kernel, shaders/softmax.wgsl, with its gradient written in ember's ops):
@@ -33,11 +33,9 @@ read-write) and then each input (read-only) in order.
 import numpy as np
 
 from ... import shape as S
-from ...ops import BINARY, COMPARE, REDUCE, UNARY, Op
+from ...ops import BINARY, COMPARE, ELEMENTWISE, REDUCE, UNARY, Op
 from .kernels import compile_kernel, source
 from .layout import STORAGE, groups_1d
-
-_ELEMENTWISE = (UNARY, BINARY, COMPARE)
 
 
 class CustomOp(Op):
@@ -45,7 +43,7 @@ class CustomOp(Op):
 
     def __call__(self, *args, **attrs):
         from ...tensor import _apply, _elementwise
-        if self.kind in _ELEMENTWISE and not attrs:
+        if self.kind in ELEMENTWISE and not attrs:
             return _elementwise(self, *args)
         return _apply(self, *args, **attrs)
 
@@ -67,16 +65,18 @@ def _defaults(name, kind):
 def custom_op(name, kind, np, wgsl=None, grad=None, **rules):
     """An op like those of ember.ops (same fields, same kinds and defaults), callable, and not
     added to the global op table. `wgsl`: an expression template ("exp({0})") for the
-    elementwise kinds, else the name of a kernel given to `register_kernel`."""
+    elementwise kinds; any op can instead get a kernel of its own from `register_kernel`."""
     return CustomOp(name, kind, np, wgsl, grad, **{**_defaults(name, kind), **rules})
 
 
-def register_kernel(name, runner):
-    """Run ops whose `wgsl` is `name` with `runner(backend, op, inputs, attrs, shape, dtype)`,
-    which returns the result's prim (see `launch`)."""
+def register_kernel(op, runner):
+    """Run `op` (a custom_op) with `runner(backend, op, inputs, attrs, shape, dtype)`, which
+    returns the result's prim (see `launch`)."""
     from . import runners
-    runners.KERNELS[name] = runner
-    runners.CACHE.clear()
+    if not isinstance(op, Op):
+        raise TypeError(f"register_kernel: expected the op (a custom_op), got {op!r}")
+    runners.KERNELS[op] = runner
+    runners.CACHE.pop(op, None)
     return runner
 
 
@@ -123,9 +123,9 @@ def _run_softmax(backend, op, inputs, attrs, shape, dtype):
                   fields={"T": STORAGE[dtype]})
 
 
-fused_softmax = custom_op("fused_softmax", UNARY, _softmax_np, "fused_softmax", _softmax_grad,
+fused_softmax = custom_op("fused_softmax", UNARY, _softmax_np, None, _softmax_grad,
                           saves=("out",), dtypes=("float32", "float64"), float_only=True,
                           donors=())
-register_kernel("fused_softmax", _run_softmax)
+register_kernel(fused_softmax, _run_softmax)
 
 __all__ = ["CustomOp", "custom_op", "fused_softmax", "launch", "register_kernel"]

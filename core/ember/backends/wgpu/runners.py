@@ -1,14 +1,14 @@
-"""How Wgpu runs each kind of primitive. Nothing here names an op of the table:
+"""How Wgpu runs each primitive: KERNELS, its one kernel table, keyed by the op table's Op
+objects (the only place in Wgpu that names ops), and a fallback by kind for the rest:
 
-- an op whose `wgsl` is an expression ("exp({0})") runs a kernel generated from it;
-- an op whose `wgsl` names a kernel runs the runner registered under that name (`KERNELS`:
-  the reductions, matmul, gather/select/scatter, cat, slice_assign, full, adam; users add theirs
-  with ember.backends.wgpu.register_kernel);
-- a movement op (reshape, permute, expand, slice, ...) becomes a view: its NumPy reference is
-  applied to a stand-in array with the prim's strides, and the view NumPy returns gives the
-  new strides and offset. Where NumPy would copy (reshape of a transposed tensor), the prim is
-  made dense first;
+- an elementwise op (ember.ops.ELEMENTWISE: its `wgsl` is an expression such as "exp({0})")
+  runs a kernel generated from that expression;
+- a movement op (reshape, permute, expand, ...) becomes a view: its NumPy reference is applied
+  to a stand-in array with the prim's strides, and the view NumPy returns gives the new strides
+  and offset. Where NumPy would copy (reshape of a transposed tensor), the prim is made dense
+  first;
 - anything else runs its NumPy reference on the host (a read-back; warned once per op).
+Users add kernels for their own ops with ember.backends.wgpu.register_kernel(op, runner).
 """
 
 import os
@@ -19,9 +19,9 @@ import warnings
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ...backend import sole_owner
+from ...backend.base import sole_owner
 from ...errors import DTypeError
-from ...ops import MOVEMENT
+from ...ops import ELEMENTWISE, MOVEMENT, OPS
 from ...ops.definitions import _check_index
 from .kernels import compile_kernel, elementwise_source, render
 from .layout import (
@@ -36,13 +36,13 @@ from .layout import (
     view_words,
 )
 
-KERNELS = {}  # kernel name (an op's `wgsl`) -> runner(backend, op, inputs, attrs, shape, dtype)
+KERNELS = {}  # Op -> runner(backend, op, inputs, attrs, shape, dtype)
 
 
 def kernel(name):
-    """Register a runner for the kernel name an op's `wgsl` field gives."""
+    """Register a runner as the kernel of the op table's op `name`."""
     def register(fn):
-        KERNELS[name] = fn
+        KERNELS[OPS[name]] = fn
         return fn
     return register
 
@@ -600,11 +600,10 @@ CACHE = {}  # op -> its runner
 
 def runner_for(op):
     """The runner of an op, remembered in CACHE."""
-    template = op.wgsl
-    if template and "{0}" in template:
+    if op in KERNELS:
+        run = KERNELS[op]
+    elif op.kind in ELEMENTWISE and op.wgsl is not None:
         run = elementwise
-    elif template in KERNELS:
-        run = KERNELS[template]
     elif op.kind == MOVEMENT:
         run = movement
     else:

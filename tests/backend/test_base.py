@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import ember
-import ember.backend as backend_module
+import ember.backend.base as backend_module
 from ember import BackendError, Tensor
-from ember.backend import Backend, NdArray, default_backend, from_name, set_default_backend
+from ember.backend import NdArray
+from ember.backend.base import Backend, default_backend, from_name, set_default_backend
 
 
 @pytest.fixture(autouse=True)
@@ -157,5 +158,10 @@ def test_to_numpy_async_defaults_to_to_numpy():
 
 
 def test_public_names():
-    from ember.backend import __all__ as names
-    assert {"Backend", "NdArray", "default_backend", "set_default_backend"} <= set(names)
+    import ember.backend
+    assert {"Autodiff", "Backend", "NdArray", "Torch", "Wgpu", "default_backend",
+            "set_default_backend"} <= set(ember.backend.__all__)
+    assert ember.backend.NdArray is NdArray and ember.backend.Backend is Backend
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        ember.backend.Nope  # noqa: B018
+
