@@ -32,6 +32,7 @@ import numpy as np
 
 from . import tensor as _tensor
 from .autodiff import Autodiff, is_grad_enabled
+from .backend.base import OpRecord
 from .errors import EmberError
 from .tensor import Tensor
 
@@ -116,7 +117,7 @@ class _Recorder:
         self.slots = {}      # id(prim or literal) -> slot
         self.keep = []       # the objects of the slots, in slot order
         self.constants = {}  # slot -> prim or literal not made by a captured op
-        self.steps = []      # (backend, op, input slots, attrs, shape, dtype, output slot)
+        self.steps = []      # (backend, OpRecord whose inputs and out are slots)
         self.refused = None
         for prim in inputs:
             self._slot(prim)
@@ -142,7 +143,7 @@ class _Recorder:
         return tuple(ins)
 
     def op(self, backend, op, ins, attrs, shape, dtype, out):
-        self.steps.append((backend, op, ins, attrs, shape, dtype, self._slot(out)))
+        self.steps.append((backend, OpRecord(op, ins, attrs, shape, dtype, self._slot(out))))
 
     def host(self, what):
         if self.refused is None:
@@ -195,11 +196,14 @@ def _fold_into_convs(recorder, outputs):
     through the folded copies)."""
     steps = recorder.steps
     readers = {}
-    for i, step in enumerate(steps):
-        for slot in step[2]:
+    for i, (_, step) in enumerate(steps):
+        for slot in step.inputs:
             readers.setdefault(slot, []).append(i)
-    for i, (backend, op, ins, attrs, shape, dtype, out) in enumerate(steps):
-        if (op is None or op.name != _CONV or isinstance(backend, Autodiff)
+    for i, (backend, step) in enumerate(steps):
+        if backend is None:  # (folded into a conv2d before it)
+            continue
+        op, ins, attrs, shape, dtype, out = step
+        if (op.name != _CONV or isinstance(backend, Autodiff)
                 or any(s not in recorder.constants for s in ins[1:])):
             continue
         w = _host_value(backend, recorder.constants[ins[1]])
@@ -207,7 +211,7 @@ def _fold_into_convs(recorder, outputs):
         folded = False
         while out not in outputs and len(readers.get(out, ())) == 1:
             j = readers[out][0]
-            r_backend, r_op, r_ins, _, r_shape, r_dtype, r_out = steps[j]
+            r_op, r_ins, _, r_shape, r_dtype, r_out = steps[j][1]
             other = [s for s in r_ins if s != out]
             if (r_op.name not in _PER_CHANNEL or len(other) != 1 or r_shape != shape
                     or r_dtype != dtype or other[0] not in recorder.constants):
@@ -220,14 +224,14 @@ def _fold_into_convs(recorder, outputs):
                 b = None if b is None else b * c
             else:
                 b = c + (0 if b is None else b)
-            steps[j] = (None,) * 7
+            steps[j] = (None, None)
             out, folded = r_out, True
         if folded:
             made = [backend.from_numpy(np.ascontiguousarray(v, dtype=dtype))
                     for v in ((w, b) if b is not None else (w,))]
             new_ins = (ins[0],) + tuple(recorder._constant(prim) for prim in made)
-            steps[i] = (backend, op, new_ins, attrs, shape, dtype, out)
-    recorder.steps = [s for s in steps if s[1] is not None]
+            steps[i] = (backend, OpRecord(op, new_ins, attrs, shape, dtype, out))
+    recorder.steps = [s for s in steps if s[0] is not None]
 
 
 def _host_value(backend, prim):
@@ -282,14 +286,14 @@ class _Plan:
         outputs = set(_slots(layout))
         pinned = set(range(n_inputs)) | set(recorder.constants) | outputs
         last = {}
-        for i, step in enumerate(recorder.steps):
-            for slot in step[2]:
+        for i, (_, step) in enumerate(recorder.steps):
+            for slot in step.inputs:
                 last[slot] = i
         self.table = [None] * len(recorder.keep)
         for slot, value in recorder.constants.items():
             self.table[slot] = value
         self.steps = []
-        for i, (backend, op, ins, attrs, shape, dtype, out) in enumerate(recorder.steps):
+        for i, (backend, (op, ins, attrs, shape, dtype, out)) in enumerate(recorder.steps):
             free = tuple(s for s in set(ins) if last[s] == i and s not in pinned)
             self.steps.append((backend.execute, op, ins, attrs, shape, dtype, out, free))
         # a backend may run the whole plan its own way (NdArray in Pyodide: WebAssembly programs)
@@ -298,9 +302,8 @@ class _Plan:
         if len(backends) == 1:
             (backend,) = backends.values()
             self.runner = backend.compile(
-                [(op, ins, attrs, shape, dtype, out)
-                 for _, op, ins, attrs, shape, dtype, out in recorder.steps],
-                list(self.table), list(recorder.keep[:n_inputs]), sorted(outputs))
+                [step for _, step in recorder.steps], list(self.table),
+                list(recorder.keep[:n_inputs]), sorted(outputs))
 
     def replay(self, args, kwargs):
         inputs = [t._prim for t in _tensors(args, kwargs)]

@@ -14,7 +14,8 @@ The protocol is small on purpose:
     await to_numpy_async(prim)             the browser's way to read
     sync()                                 wait for queued work (no-op for eager CPU)
     compile(steps, table, inputs, outputs) a faster runner for a captured plan (ember.jit), or
-                                           None (optional; see ember.capture)
+                                           None (optional; see ember.capture); steps are
+                                           OpRecords, the one record of an applied op
 Shapes and dtypes never come from a backend: the op table's rules give them, so a lazy backend
 need not run anything to answer `x.shape`.
 """
@@ -22,6 +23,7 @@ need not run anything to answer `x.shape`.
 import importlib
 import os
 import sys
+from typing import Any, NamedTuple
 
 from ..errors import BackendError
 
@@ -37,6 +39,19 @@ def sole_owner(inputs, i):
     """True when the `inputs` list alone refers to `inputs[i]`, so an op may overwrite it.
     Any other reference (a tensor, a view's base, a saved activation, a caller's local) fails."""
     return _count(inputs, i) <= _FREE
+
+
+class OpRecord(NamedTuple):
+    """One op applied to inputs, as data: what ember.jit captures and hands to
+    Backend.compile, and what a lazy backend queues. inputs: prims, or slots of a plan's table;
+    shape and dtype: the result's (from the op's rules); out: the result's slot in a plan."""
+
+    op: Any
+    inputs: tuple
+    attrs: dict
+    shape: tuple
+    dtype: str
+    out: Any = None
 
 
 class Backend:
@@ -61,9 +76,9 @@ class Backend:
 
     def compile(self, steps, table, inputs, outputs):
         """A runner for a plan ember.jit captured on this backend alone, or None (replay op by
-        op). steps: (op, input slots, attrs, shape, dtype, output slot); table: the slots'
-        constants (None elsewhere); inputs: this run's argument prims (slots 0..); outputs: the
-        result slots. runner(argument prims) -> {output slot: prim}, or None for this call."""
+        op). steps: OpRecords whose inputs and out are slots; table: the slots' constants (None
+        elsewhere); inputs: this run's argument prims (slots 0..); outputs: the result slots.
+        runner(argument prims) -> {output slot: prim}, or None for this call."""
         return None
 
     # decorators only: move a prim of the inner backend in and out without copying
