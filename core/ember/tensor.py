@@ -19,10 +19,10 @@ from . import shape as S
 from .backend.base import Backend, default_backend
 from .distribution import Distribution
 from .errors import BackendError, DTypeError, OutOfMemoryError, ShapeError
-from .ops import COMPARE, OPS
+from .ops import COMPARE, prims
 
 _NO = object()  # "no second operand"
-_RESHAPE = OPS["reshape"]
+_RESHAPE = prims.reshape
 _NO_ATTRS = {}
 
 # ember.jit's recorder while this thread captures a function (None otherwise): every primitive
@@ -274,25 +274,22 @@ def _apply(op, x, *rest, **attrs):
     return Tensor(prim, x.backend, shape, dtype)
 
 
-def _unary(name):
-    op = OPS[name]
-
+def _unary(op):
     def method(self):
         return _elementwise(op, self)
-    method.__name__ = name
-    method.__doc__ = f"Elementwise {name} (primitive)."
+    method.__name__ = op.name
+    method.__doc__ = f"Elementwise {op.name} (primitive)."
     return method
 
 
-def _binary(name, reflected=False):
-    op = OPS[name]
+def _binary(op, reflected=False):
     if reflected:
         def method(self, other):
             return _elementwise(op, other, self)
     else:
         def method(self, other):
             return _elementwise(op, self, other)
-    method.__name__ = name
+    method.__name__ = op.name
     return method
 
 
@@ -365,7 +362,7 @@ class Tensor:
         dtype = D.canonical(dtype, "full")
         value = _fill_value("full", value, dtype)
         attrs = dict(shape_to=shape, value=value, dtype=dtype)
-        return Tensor(_execute(backend, OPS["full"], [], attrs, shape, dtype), backend, shape,
+        return Tensor(_execute(backend, prims.full, [], attrs, shape, dtype), backend, shape,
                       dtype)
 
     @staticmethod
@@ -501,7 +498,7 @@ class Tensor:
         dtype = D.canonical(dtype, "cast")
         if dtype == self.dtype:
             return self._alias()
-        return _apply(OPS["cast"], self, dtype=dtype)
+        return _apply(prims.cast, self, dtype=dtype)
 
     def __repr__(self):
         body = np.array2string(self.to_numpy(), separator=", ", threshold=200, edgeitems=3,
@@ -513,39 +510,39 @@ class Tensor:
     __hash__ = object.__hash__
 
     # ---- elementwise primitives ------------------------------------------------------------
-    exp = _unary("exp")
-    log = _unary("log")
-    sqrt = _unary("sqrt")
-    erf = _unary("erf")
-    gelu = _unary("gelu")  # GELU with erf: the exact form, PyTorch's default
-    relu = _unary("relu")
-    tanh = _unary("tanh")
-    sin = _unary("sin")
-    cos = _unary("cos")
-    abs = _unary("abs")
-    neg = _unary("neg")
+    exp = _unary(prims.exp)
+    log = _unary(prims.log)
+    sqrt = _unary(prims.sqrt)
+    erf = _unary(prims.erf)
+    gelu = _unary(prims.gelu)  # GELU with erf: the exact form, PyTorch's default
+    relu = _unary(prims.relu)
+    tanh = _unary(prims.tanh)
+    sin = _unary(prims.sin)
+    cos = _unary(prims.cos)
+    abs = _unary(prims.abs)
+    neg = _unary(prims.neg)
     __neg__ = neg
     __abs__ = abs
 
-    add = __add__ = _binary("add")
-    sub = __sub__ = _binary("sub")
-    mul = __mul__ = _binary("mul")
-    div = __truediv__ = _binary("div")
-    powf = __pow__ = _binary("pow")
-    __radd__ = _binary("add", reflected=True)
-    __rsub__ = _binary("sub", reflected=True)
-    __rmul__ = _binary("mul", reflected=True)
-    __rtruediv__ = _binary("div", reflected=True)
-    __rpow__ = _binary("pow", reflected=True)
-    maximum = _binary("maximum")
-    minimum = _binary("minimum")
+    add = __add__ = _binary(prims.add)
+    sub = __sub__ = _binary(prims.sub)
+    mul = __mul__ = _binary(prims.mul)
+    div = __truediv__ = _binary(prims.div)
+    powf = __pow__ = _binary(prims.pow)
+    __radd__ = _binary(prims.add, reflected=True)
+    __rsub__ = _binary(prims.sub, reflected=True)
+    __rmul__ = _binary(prims.mul, reflected=True)
+    __rtruediv__ = _binary(prims.div, reflected=True)
+    __rpow__ = _binary(prims.pow, reflected=True)
+    maximum = _binary(prims.maximum)
+    minimum = _binary(prims.minimum)
 
-    eq = __eq__ = _binary("eq")
-    ne = __ne__ = _binary("ne")
-    lt = __lt__ = _binary("lt")
-    le = __le__ = _binary("le")
-    gt = __gt__ = _binary("gt")
-    ge = __ge__ = _binary("ge")
+    eq = __eq__ = _binary(prims.eq)
+    ne = __ne__ = _binary(prims.ne)
+    lt = __lt__ = _binary(prims.lt)
+    le = __le__ = _binary(prims.le)
+    gt = __gt__ = _binary(prims.gt)
+    ge = __ge__ = _binary(prims.ge)
     equal, not_equal, lower, lower_equal, greater, greater_equal = eq, ne, lt, le, gt, ge
 
     # ---- elementwise composites ------------------------------------------------------------
@@ -617,24 +614,25 @@ class Tensor:
         return shifted - shifted.exp().sum_dim(dim).log()
 
     # ---- reductions ------------------------------------------------------------------------
-    def _reduce(self, name, dims, keepdim):
+    def _reduce(self, op, dims, keepdim):
+        name = op.name
         dims = S.norm_dims(name, _as_int_tuple(dims, name), self.ndim) if dims is not None \
             else tuple(range(self.ndim))
         x = self
-        if name == "sum" and self.dtype == "bool":
+        if op is prims.sum and self.dtype == "bool":
             x = x.cast(D.DEFAULT_INT)
-        out = _apply(OPS[name], x, dims=dims)
+        out = _apply(op, x, dims=dims)
         if keepdim:
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims))
 
     def sum(self):
         """Sum of all elements, as a 0-d tensor."""
-        return self._reduce("sum", None, False)
+        return self._reduce(prims.sum, None, False)
 
     def sum_dim(self, dim):
         """Sum over `dim` (an int or a tuple of ints), keeping it with size 1 (as Burn)."""
-        return self._reduce("sum", dim, True)
+        return self._reduce(prims.sum, dim, True)
 
     def mean(self):
         x = self if D.is_float(self.dtype) else self.cast(D.DEFAULT_FLOAT)
@@ -647,23 +645,23 @@ class Tensor:
         return x.sum_dim(dims) / count
 
     def max(self):
-        return self._reduce("max", None, False)
+        return self._reduce(prims.max, None, False)
 
     def min(self):
-        return self._reduce("min", None, False)
+        return self._reduce(prims.min, None, False)
 
     def max_dim(self, dim):
-        return self._reduce("max", dim, True)
+        return self._reduce(prims.max, dim, True)
 
     def min_dim(self, dim):
-        return self._reduce("min", dim, True)
+        return self._reduce(prims.min, dim, True)
 
     def argmax(self, dim):
         """Index of the largest value along `dim` (int32), keeping the dim (as Burn)."""
-        return self._reduce("argmax", S.norm_dim("argmax", dim, self.ndim), True)
+        return self._reduce(prims.argmax, S.norm_dim("argmax", dim, self.ndim), True)
 
     def argmin(self, dim):
-        return self._reduce("argmin", S.norm_dim("argmin", dim, self.ndim), True)
+        return self._reduce(prims.argmin, S.norm_dim("argmin", dim, self.ndim), True)
 
     def all(self):
         """True where every element is true (also for an empty tensor), as a 0-d bool."""
@@ -691,7 +689,7 @@ class Tensor:
         dims = S.norm_dims("permute", dims, self.ndim)
         if dims == tuple(range(self.ndim)):
             return self._alias()
-        return _apply(OPS["permute"], self, dims=dims)
+        return _apply(prims.permute, self, dims=dims)
 
     def swap_dims(self, dim1, dim2):
         dims = list(range(self.ndim))
@@ -739,7 +737,7 @@ class Tensor:
         shape = S.as_shape(shape, "expand")
         if shape == self.shape:
             return self._alias()
-        return _apply(OPS["expand"], self, shape_to=shape)
+        return _apply(prims.expand, self, shape_to=shape)
 
     def repeat(self, *sizes):
         """Tile the tensor `sizes[i]` times along dim i (PyTorch's repeat)."""
@@ -768,7 +766,7 @@ class Tensor:
         tensors = [t.cast(dtype) for t in tensors]
         if len(tensors) == 1:
             return tensors[0]
-        return _apply(OPS["cat"], *tensors, dim=dim)
+        return _apply(prims.cat, *tensors, dim=dim)
 
     @staticmethod
     def stack(tensors, dim=0):
@@ -788,7 +786,7 @@ class Tensor:
         starts, stops, steps, final = S.parse_index(self.shape, key)
         if (starts, stops, steps) == ((0,) * self.ndim, self.shape, (1,) * self.ndim):
             return self.reshape(final)
-        return _apply(OPS["slice"], self, starts=starts, stops=stops, steps=steps).reshape(final)
+        return _apply(prims.slice, self, starts=starts, stops=stops, steps=steps).reshape(final)
 
     def slice_assign(self, key, value):
         """A copy of this tensor with `self[key]` replaced by `value` (broadcast to fit)."""
@@ -807,7 +805,7 @@ class Tensor:
                 value = value.expand(indexed).reshape(region)
         else:
             value = _fill_value("slice_assign", _operand("slice_assign", value), self.dtype)
-        return _apply(OPS["slice_assign"], self, value, starts=starts, stops=stops, steps=steps)
+        return _apply(prims.slice_assign, self, value, starts=starts, stops=stops, steps=steps)
 
     def __setitem__(self, key, value):
         # rebinding, not mutation: other tensors that shared this one's data are unaffected
@@ -817,19 +815,19 @@ class Tensor:
     def gather(self, dim, indices):
         """out[i][j] = self[indices[i][j]][j] along `dim` (torch.gather); indices as self's rank."""
         dim = S.norm_dim("gather", dim, self.ndim)
-        return _apply(OPS["gather"], self, _index_tensor("gather", indices, self), dim=dim)
+        return _apply(prims.gather, self, _index_tensor("gather", indices, self), dim=dim)
 
     def scatter(self, dim, indices, values):
         """A copy of self with `values` *added* at `indices` along `dim` (Burn's scatter)."""
         dim = S.norm_dim("scatter", dim, self.ndim)
         values = _value_tensor("scatter", values, self).cast(self.dtype)
-        return _apply(OPS["scatter"], self, _index_tensor("scatter", indices, self), values,
+        return _apply(prims.scatter, self, _index_tensor("scatter", indices, self), values,
                       dim=dim)
 
     def select(self, dim, indices):
         """The entries at `indices` (1-D) along `dim` (torch.index_select)."""
         dim = S.norm_dim("select", dim, self.ndim)
-        return _apply(OPS["select"], self, _index_tensor("select", indices, self), dim=dim)
+        return _apply(prims.select, self, _index_tensor("select", indices, self), dim=dim)
 
     def mask_where(self, mask, value):
         """`value` where `mask` is true, self elsewhere (Burn's mask_where)."""
@@ -837,7 +835,7 @@ class Tensor:
             value = value.cast(self.dtype)
         else:
             value = _fill_value("mask_where", _operand("mask_where", value), self.dtype)
-        return _apply(OPS["mask_where"], self, mask, value)
+        return _apply(prims.mask_where, self, mask, value)
 
     def mask_fill(self, mask, value):
         """`value` (a scalar) where `mask` is true, self elsewhere."""
@@ -861,7 +859,7 @@ class Tensor:
             dtype = D.result_type([a.dtype, b.dtype], (), "matmul")
             dtype = D.DEFAULT_INT if dtype == "bool" else dtype
             a, b = a.cast(dtype), b.cast(dtype)
-        out = _apply(OPS["matmul"], a, b)
+        out = _apply(prims.matmul, a, b)
         if other.ndim == 1:
             out = out.squeeze(-1)
         if self.ndim == 1:

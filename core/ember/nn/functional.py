@@ -23,7 +23,7 @@ import numpy as np
 from .. import shape as S
 from ..dtype import is_float
 from ..errors import DTypeError, ShapeError
-from ..ops import OPS
+from ..ops import prims
 from ..ops.nn import _pool_out
 from ..tensor import Tensor, _apply
 
@@ -87,7 +87,7 @@ def _transposed_with_bias(name, x, weight, bias, channels, **attrs):
     # `out` stays named on purpose, so the add gets a fresh buffer: handing it the conv's
     # (tensor._donatable) measured slower in Pyodide, SqueezeNet-sized forward 30 -> 42-45 ms
     # in headless Chromium (the in-place per-channel add over the conv's output)
-    out = _apply(OPS["conv_transpose2d"], x, weight, **attrs)
+    out = _apply(prims.conv_transpose2d, x, weight, **attrs)
     return out if bias is None else out + bias.reshape((1, -1, 1, 1))
 
 
@@ -123,7 +123,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
                          f"{S.fmt(weight.shape)}")
     pads = _conv_padding(name, padding, weight.shape[2:], stride, dilation)
     # the bias is the op's third input (its shape rule checks it): added over the product
-    out = _apply(OPS["conv2d"], x, weight, *(() if bias is None else (bias,)), stride=stride,
+    out = _apply(prims.conv2d, x, weight, *(() if bias is None else (bias,)), stride=stride,
                  padding=pads, dilation=dilation, groups=_groups(name, groups))
     return out.squeeze(0) if unbatched else out
 
@@ -201,10 +201,10 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     dilation = _ints(name, "dilation", dilation, 2, 1)
     attrs = dict(kernel=kernel, stride=stride, padding=padding, dilation=dilation,
                  ceil_mode=bool(ceil_mode))
-    out = _apply(OPS["max_pool2d"], x, **attrs)  # its gradient finds the indices itself
+    out = _apply(prims.max_pool2d, x, **attrs)  # its gradient finds the indices itself
     if not return_indices:
         return out.squeeze(0) if unbatched else out
-    idx = _apply(OPS["max_pool2d_indices"], x, **attrs)
+    idx = _apply(prims.max_pool2d_indices, x, **attrs)
     if unbatched:
         out, idx = out.squeeze(0), idx.squeeze(0)
     return out, idx

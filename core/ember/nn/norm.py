@@ -5,7 +5,7 @@ import numpy as np
 
 from ..autodiff import no_grad
 from ..errors import ShapeError
-from ..ops import OPS
+from ..ops import prims
 from ..ops.nn import batch_stats
 from ..shape import prod
 from ..tensor import Tensor, _apply
@@ -68,7 +68,7 @@ class _BatchNorm(Module):
                 mean, _, var = batch_stats(x, dims)
             if self.training and self.track_running_stats:
                 self._update(mean, var, n)
-            return _apply(OPS["batch_norm"], x, mean, var, self.weight.reshape(stat_shape),
+            return _apply(prims.batch_norm, x, mean, var, self.weight.reshape(stat_shape),
                           self.bias.reshape(stat_shape), eps=float(self.eps))
         mean, xc, var = batch_stats(x, dims)
         if self.training and self.track_running_stats:

@@ -20,6 +20,8 @@ Calling conventions
   zero-argument function: Autodiff calls it only when that input needs a gradient.
 """
 
+from types import SimpleNamespace
+
 from . import definitions, nn, optim  # noqa: F401  (each fills OPS)
 from .table import (
     BINARY,
@@ -42,6 +44,9 @@ from .table import (
     op,
 )
 
+# the primitives by name, for the Tensor layer and nn (`prims.conv2d`): OPS as attributes
+prims = SimpleNamespace(**OPS)
+
 __all__ = ["BINARY", "COMPARE", "ELEMENTWISE", "FLOATS", "INDEX", "LINALG", "MAP", "MOVEMENT",
            "NUMBERS", "OPS", "Op", "REDUCE", "SOURCE", "UNARY", "UPDATE", "WINDOW", "one_dtype",
-           "op"]
+           "op", "prims"]

@@ -1,6 +1,6 @@
 """Adam and AdamW: torch.optim.Adam / AdamW's update (AMSGrad included)."""
 
-from ..ops import OPS
+from ..ops import prims
 from ..tensor import Tensor, _apply
 from .optimizer import Optimizer, lerp
 
@@ -66,9 +66,9 @@ class Adam(Optimizer):
                 g = g + x * self.weight_decay
         if not self.amsgrad:  # one op: torch's arithmetic (see ops/optim.py)
             x_m_v = state["x_m_v"] = _apply(
-                OPS["adam"], x, g, state["x_m_v"], 1 - beta1, beta2,
+                prims.adam, x, g, state["x_m_v"], 1 - beta1, beta2,
                 (1 - beta2 ** step) ** 0.5, self.eps, -lr / (1 - beta1 ** step))
-            return _apply(OPS["slice"], x_m_v, starts=(0,) * x_m_v.ndim,
+            return _apply(prims.slice, x_m_v, starts=(0,) * x_m_v.ndim,
                           stops=(1,) + x.shape, steps=(1,) * x_m_v.ndim).reshape(x.shape)
         m = state["exp_avg"] = lerp(state["exp_avg"], g, 1 - beta1)
         v = state["exp_avg_sq"] = state["exp_avg_sq"] * beta2 + g * (1 - beta2) * g
