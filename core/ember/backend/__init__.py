@@ -4,7 +4,8 @@ of its implementations."""
 
 from .base import Backend, default_backend, from_name, register, resolve, set_default_backend
 
-_CLASSES = {"NdArray": "ndarray", "Autodiff": "autodiff", "Wgpu": "wgpu", "Torch": "torch"}
+_CLASSES = {"NdArray": "ndarray", "Autodiff": "autodiff", "Fusion": "fusion", "Wgpu": "wgpu",
+            "Torch": "torch"}
 
 
 def __getattr__(name):
@@ -17,5 +18,5 @@ def __dir__():
     return sorted(__all__)
 
 
-__all__ = ["Autodiff", "Backend", "NdArray", "Torch", "Wgpu", "default_backend", "from_name",
-           "register", "set_default_backend"]
+__all__ = ["Autodiff", "Backend", "Fusion", "NdArray", "Torch", "Wgpu", "default_backend",
+           "from_name", "register", "set_default_backend"]

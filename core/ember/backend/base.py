@@ -41,6 +41,11 @@ def sole_owner(inputs, i):
     return _count(inputs, i) <= _FREE
 
 
+def others(objs, i):
+    """How many references to `objs[i]` there are besides the list's own."""
+    return _count(objs, i) - _FREE
+
+
 class OpRecord(NamedTuple):
     """One op applied to inputs, as data: what ember.jit captures and hands to
     Backend.compile, and what a lazy backend queues. inputs: prims, or slots of a plan's table;
@@ -105,7 +110,8 @@ class Backend:
 # name -> a factory, or "module:attribute" of one, imported when first asked for: the
 # implementations import this module, never the other way round
 _REGISTRY = {"ndarray": "ember.backends.ndarray:NdArray", "autodiff": "ember.autodiff:Autodiff",
-             "wgpu": "ember.backends.wgpu:Wgpu", "torch": "ember.backends.torch:Torch"}
+             "fusion": "ember.fusion:Fusion", "wgpu": "ember.backends.wgpu:Wgpu",
+             "torch": "ember.backends.torch:Torch"}
 _default = None
 
 

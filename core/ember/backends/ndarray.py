@@ -9,6 +9,7 @@ no view of it alive: a view holds a reference to its base), be writeable, and al
 the result's shape and dtype.
 """
 
+import math
 import os
 import sys
 
@@ -16,6 +17,8 @@ import numpy as np
 
 from ..backend.base import Backend, sole_owner
 from ..errors import BackendError
+from ..fusion import launched
+from ..ops import MOVEMENT
 from ..ops import kernels as _kernels
 
 # Silent on overflow, 0/0, log(0), inf - inf, as every GPU backend is. np.errstate costs ~1 us
@@ -74,6 +77,46 @@ def compiled_kernels():
     return _kernels.NUMPY
 
 
+TILE = 1 << 16  # elements of a fused chain's tile: a few of them fit in L2 with their inputs
+
+
+def _tiles(shape, leaves):
+    """Index expressions cutting `shape` into tiles of about TILE elements: flat runs when
+    every leaf is C-contiguous in the block's shape (the common case), else runs of rows."""
+    size = math.prod(shape)
+    if size <= TILE or not shape:
+        return [...], leaves
+    if all(x.shape == shape and x.flags.c_contiguous for x in leaves):
+        flat = [x.reshape(-1) for x in leaves]
+        return [slice(i, i + TILE) for i in range(0, size, TILE)], flat
+    rows = max(1, TILE // max(1, size // shape[0]))
+    leaves = [np.broadcast_to(x, shape) for x in leaves]
+    return [slice(i, i + rows) for i in range(0, shape[0], rows)], leaves
+
+
+def _fused(block):
+    shape = block.shape
+    tiles, leaves = _tiles(shape, block.leaves)
+    flat = len(tiles) > 1 and leaves[0].ndim == 1 if leaves else False
+    outs = [np.empty(shape, block.nodes[j].dtype) for j in block.outputs]
+    views = [o.reshape(-1) for o in outs] if flat else outs
+    last = len(block.nodes) - 1
+    into = block.nodes[last].op.donors and block.outputs[-1] == last  # (np takes out=)
+    for at in tiles:
+        done = []
+        for n in block.nodes:
+            args = [(leaves[i[1]][at] if i[0] == "leaf" else done[i[1]]) if type(i) is tuple
+                    else i for i in n.inputs]
+            if into and len(done) == last:  # the chain's result straight into its tile
+                done.append(n.op.np(*args, out=views[-1][at], **n.attrs))
+            else:
+                done.append(n.op.np(*args, **n.attrs))
+        for o, j in zip(views, block.outputs):
+            if not (into and j == last):
+                o[at] = done[j]
+    return outs
+
+
 class NdArray(Backend):
     """The NumPy backend. `kernels`: "auto" (ember's compiled kernels where they exist: see
     compiled_kernels; each loads on first use), "numpy" (NumPy alone), or a kernels.Kernels
@@ -109,7 +152,20 @@ class NdArray(Backend):
         finally:
             _kernels.ACTIVE.reset(chosen)
 
+    def fuse(self, block):
+        """A chain of elementwise ops (an ember.fusion Block) in one pass over cache-sized
+        tiles: each op reads and writes a tile that stays in cache, where op by op every
+        intermediate would stream the whole tensor through memory."""
+        chosen = _kernels.ACTIVE.set(self.kernels)
+        try:
+            with np.errstate(all="ignore"):
+                return _fused(block)
+        finally:
+            _kernels.ACTIVE.reset(chosen)
+
     def _execute(self, op, inputs, attrs, shape, dtype):
+        if op.kind != MOVEMENT:  # (views launch nothing)
+            launched((op.name,))
         if self.inplace and op.donors:
             for i in op.donors:
                 if i >= len(inputs):

@@ -22,6 +22,7 @@ DX12; Mesa's lavapipe on machines without a GPU) and in the browser through Pyod
 
 import numpy as np
 
+from ... import fusion
 from ...backend.base import Backend
 from ...errors import DTypeError
 from . import runners
@@ -64,7 +65,16 @@ class Wgpu(Backend):
         run = runners.CACHE.get(op)
         if run is None:
             run = runners.runner_for(op)
-        return run(self, op, inputs, attrs, shape, dtype)
+        counters = self.device.counters
+        before = counters["dispatches"]
+        out = run(self, op, inputs, attrs, shape, dtype)
+        if counters["dispatches"] != before:  # (views and host fallbacks launch none)
+            fusion.launched((op.name,))
+        return out
+
+    def fuse(self, block):
+        """A chain of elementwise ops (an ember.fusion Block) as one generated kernel."""
+        return runners.fused(self, block)
 
     def from_numpy(self, array):
         dtype = array.dtype.name

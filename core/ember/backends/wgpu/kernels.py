@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import fusion
 from ...ops import COMPARE, numerics
 from .layout import STORAGE, VALUE
 
@@ -115,6 +116,7 @@ def compile_kernel(device, key, name, build):
                 pipeline = device.bridge.pipeline(src, entry, signature)
                 kernel = device.kernels[key] = Kernel(name, pipeline, signature, src)
                 device.counters["pipelines"] += 1
+                fusion.compiled()
     return kernel
 
 
@@ -279,3 +281,65 @@ def elementwise_source(op, kinds, out_dtype, alias, attrs, entry):
                  FLAT_LOADS="\n    ".join(flat_loads), BODY="\n    ".join(body), STORE=store)
     signature = ("w",) + ("r",) * len(bindings)
     return src, entry, signature
+
+
+# ---- fused kernels: a chain of elementwise ops (ember.fusion) -------------------------------
+def _scalar_value(raw, dt):
+    return {"float32": f"bitcast<f32>({raw})", "int32": raw, "bool": f"({raw} != 0)"}[dt]
+
+
+def fused_source(block, leaf_dtypes, entry):
+    """WGSL for a fusion Block (ember.fusion): each node's expression in registers, node by
+    node with its own NaN rules, and only block.outputs stored. `leaf_dtypes`: the dtypes of
+    block.leaves; `entry`: "flat" (every leaf dense in the block's shape) or "main"."""
+    nt = len(leaf_dtypes)
+    outputs = [f"@group(1) @binding({o}) var<storage, read_write> out{o}: "
+               f"array<{STORAGE[block.nodes[j].dtype]}>;" for o, j in enumerate(block.outputs)]
+    first = len(outputs)
+    bindings = [f"@group(1) @binding({first + t}) var<storage, read> in{t}: "
+                f"array<{STORAGE[dt]}>;" for t, dt in enumerate(leaf_dtypes)]
+    loads, flat_loads = [], []
+    for t, dt in enumerate(leaf_dtypes):
+        for out, at in ((loads, f"at{t}"), (flat_loads, f"info[{5 + 2 * t}] + i")):
+            value = f"in{t}[{at}]"
+            out.append(f"let v{t} = {f'({value} != 0u)' if dt == 'bool' else value};")
+    body, dtypes, s = [], [], 0  # dtypes: each node's result
+    for j, n in enumerate(block.nodes):
+        names, kinds = [], []
+        for i in n.inputs:
+            if type(i) is tuple:
+                names.append(f"v{i[1]}" if i[0] == "leaf" else f"r{i[1]}")
+                kinds.append(leaf_dtypes[i[1]] if i[0] == "leaf" else dtypes[i[1]])
+            else:
+                names.append(None)
+                kinds.append(None)
+        typed = next(k for k in kinds if k is not None)  # a scalar takes its tensors' dtype
+        for k, name in enumerate(names):
+            if name is None:
+                names[k], kinds[k] = f"s{s}", typed
+                line = f"let s{s} = {_scalar_value(f'info[sb + {s}]', typed)};"
+                loads.append(line)
+                flat_loads.append(line)
+                s += 1
+        # WGSL orders no bools: a comparison reads them as 0/1
+        operands = [f"i32({m})" if k == "bool" and n.op.kind == COMPARE else m
+                    for m, k in zip(names, kinds)]
+        expr = n.op.wgsl.format(*operands, **{**n.attrs, "dtype": VALUE[n.dtype]})
+        body.append(f"var r{j} = {_BUILTIN_CALL.sub(lambda m: PRECISE[m.group(1)] + '(', expr)};")
+        for k, rule in enumerate(nan_rules(n.op, kinds, n.attrs)):
+            if rule is not None:
+                body.append(f"if (is_nan({names[k]})) {{ r{j} = {_literal(rule, n.dtype)}; }}")
+        dtypes.append(n.dtype)
+    stores = [f"out{o}[i] = {f'select(0u, 1u, r{j})' if dtypes[j] == 'bool' else f'r{j}'};"
+              for o, j in enumerate(block.outputs)]
+    walk = [f"var at{u} = info[4 + rank + {u} * (rank + 1)];" for u in range(nt)]
+    if nt:
+        walk += ["var rem = i;", "for (var d = rank - 1; d >= 0; d--) {",
+                 "    let size = info[4 + d];", "    let q = rem / size;",
+                 "    let c = rem - q * size;", "    rem = q;"]
+        walk += [f"    at{u} += c * info[5 + rank + {u} * (rank + 1) + d];" for u in range(nt)]
+        walk += ["}"]
+    src = render("fused.wgsl", OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings), NT=nt,
+                 LOADS="\n    ".join(walk + loads), FLAT_LOADS="\n    ".join(flat_loads),
+                 BODY="\n    ".join(body), STORES="\n    ".join(stores))
+    return src, entry, ("w",) * len(outputs) + ("r",) * nt

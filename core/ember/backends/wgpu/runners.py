@@ -23,7 +23,7 @@ from ...backend.base import sole_owner
 from ...errors import DTypeError
 from ...ops import ELEMENTWISE, MOVEMENT, OPS
 from ...ops.definitions import _check_index
-from .kernels import compile_kernel, elementwise_source, render
+from .kernels import compile_kernel, elementwise_source, fused_source, render
 from .layout import (
     STORAGE,
     Prim,
@@ -124,6 +124,43 @@ def elementwise(be, op, inputs, attrs, shape, dtype):
     be.device.dispatch(k, tuple(buffers), words + scalars,
                        groups_1d(n // 4 if entry == "flat4" else n), be.cache)
     return out
+
+
+def fused(be, block):
+    """A fusion Block (ember.fusion) as one generated kernel: its leaves read through their
+    strides (broadcast to the block's shape), each op in registers, block.outputs written."""
+    shape = block.shape
+    n = numel(shape)
+    outs = [be.empty(shape, block.nodes[j].dtype) for j in block.outputs]
+    if n == 0:
+        return outs
+    leaves = block.leaves
+    flat = all(x.shape == shape and (x.strides == outs[0].strides
+                                     or is_dense(shape, x.strides)) for x in leaves)
+    entry = "flat" if flat else "main"
+    dtypes = tuple(x.dtype for x in leaves)
+    key = ("fused", block.key(), dtypes, entry)
+    k = be.device.kernels.get(key)
+    if k is None:
+        k = compile_kernel(be.device, key, "fused",
+                           lambda: fused_source(block, dtypes, entry))
+    scalars = []
+    for node in block.nodes:
+        typed = None
+        for i in node.inputs:
+            if type(i) is tuple:
+                typed = typed or (leaves[i[1]].dtype if i[0] == "leaf"
+                                  else block.nodes[i[1]].dtype)
+        scalars += [_bits(i, typed) for i in node.inputs if type(i) is not tuple]
+    if flat:
+        words = [n, 1, 1, 0, n]
+        for x in leaves:
+            words += (x.offset, 1)
+    else:
+        words = view_words(shape, [(x.offset, broadcast_strides(x, shape)) for x in leaves])
+    be.device.dispatch(k, tuple(o.storage.gpu for o in outs) + tuple(
+        x.storage.gpu for x in leaves), words + scalars, groups_1d(n), be.cache)
+    return outs
 
 
 # ---- movement: views through NumPy's own view rules --------------------------------------------

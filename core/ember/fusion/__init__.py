@@ -1,0 +1,279 @@
+"""Fusion(inner): a backend decorator that queues elementwise ops lazily and runs each chain of
+them as one kernel of `inner`, generated at run time (Burn's burn-fusion, tinygrad's lazy
+schedule). It names no op: what it may fuse is the op table's ELEMENTWISE kinds.
+
+    B = Autodiff(Fusion(Wgpu()))     # or Fusion(NdArray()); any stack
+    y = gelu_custom(x)               # 5 elementwise ops queued, nothing run yet
+    y.to_numpy()                     # one generated kernel computes y
+
+A prim of Fusion is a `Lazy`: an inner prim, or a pending op whose inputs are Lazies (and
+Python scalars). A chain is run ("realized") when its result is read, when an op that is not
+elementwise needs it, when it reaches `max_ops` ops or would read more buffers than a kernel
+can bind. Realizing asks `inner.fuse(block)` for the whole chain; the block writes the chain's
+result and every intermediate something else still refers to (intermediates nobody reads are
+never written to memory). An inner backend without `fuse` runs the chain op by op, and every
+other op runs through `inner.execute` as it would without Fusion: every op keeps its eager
+fallback.
+
+ember.fusion.trace() says what ran on any backend (Fusion or not): the kernels launched, each
+with the op names it ran, and how many kernels were compiled.
+"""
+
+import contextlib
+import contextvars
+import threading
+
+from ..backend.base import Backend, OpRecord, others
+from ..ops import ELEMENTWISE
+
+__all__ = ["Block", "Fusion", "Lazy", "trace"]
+
+
+# ---- trace: what ran, on any backend --------------------------------------------------------
+class Launch:
+    """One kernel launched: the names of the ops it computed, in order."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self, ops):
+        self.ops = tuple(ops)
+
+    def __repr__(self):
+        return f"Kernel({', '.join(self.ops)})"
+
+
+class Trace:
+    def __init__(self):
+        self.kernels = []  # Launch, in order
+        self.compiled = 0  # kernels compiled (0 when every one came from a cache)
+
+    def __repr__(self):
+        return f"Trace({len(self.kernels)} kernels, {self.compiled} compiled: {self.kernels})"
+
+
+_TRACE = contextvars.ContextVar("ember.fusion.trace", default=None)
+
+
+@contextlib.contextmanager
+def trace():
+    """Record the kernels launched in this context while the block runs (sync()ed at its end,
+    so a lazy backend's pending work is not missed only because nothing read it yet)."""
+    t = Trace()
+    token = _TRACE.set(t)
+    try:
+        yield t
+    finally:
+        _TRACE.reset(token)
+
+
+def launched(ops):
+    """Backends call this once per kernel they launch (ops: the op names it computed)."""
+    t = _TRACE.get()
+    if t is not None:
+        t.kernels.append(Launch(ops))
+
+
+def compiled(n=1):
+    """Backends call this when they compile a kernel."""
+    t = _TRACE.get()
+    if t is not None:
+        t.compiled += n
+
+
+# ---- the lazy prims and the blocks handed to inner.fuse ------------------------------------
+class Lazy:
+    """Fusion's prim: `value`, an inner prim, once realized; until then `node`, an OpRecord
+    whose inputs are Lazies or Python scalars, and `leaves`, the realized Lazies its chain
+    reads, and `ops`, how many pending ops the chain holds."""
+
+    __slots__ = ("value", "node", "shape", "dtype", "leaves", "ops", "__weakref__")
+
+    def __init__(self, shape, dtype, value=None, node=None, leaves=(), ops=0):
+        self.value, self.node, self.shape, self.dtype = value, node, shape, dtype
+        self.leaves, self.ops = leaves, ops
+
+    def __repr__(self):
+        state = "pending" if self.node is not None else "realized"
+        return f"Lazy({state}, {list(self.shape)}, {self.dtype})"
+
+
+class Block:
+    """A chain of elementwise ops for inner.fuse: `nodes` are OpRecords whose inputs are
+    ("leaf", k) for leaves[k] (an inner prim), ("node", j) for node j's result, or a Python
+    scalar; every node's shape broadcasts to `shape`, the block's (its last node's); `outputs`
+    are the nodes to write (each of the block's shape), in order. fuse(block) returns their
+    prims, in that order."""
+
+    __slots__ = ("nodes", "leaves", "outputs", "shape")
+
+    def __init__(self, nodes, leaves, outputs, shape):
+        self.nodes, self.leaves, self.outputs, self.shape = nodes, leaves, outputs, shape
+
+    def key(self):
+        """What a generated kernel depends on: the ops, their attrs and wiring, the dtypes, and
+        which operands are scalars (never their values, nor shapes)."""
+        wiring = tuple((n.op, tuple(sorted(n.attrs.items())) if n.attrs else (),
+                        tuple(i if type(i) is tuple else type(i) for i in n.inputs), n.dtype)
+                       for n in self.nodes)
+        return wiring, tuple(self.outputs)
+
+    def names(self):
+        return [n.op.name for n in self.nodes]
+
+
+def run_block(backend, block):
+    """A Block op by op through backend.execute: what a backend without a fused path does."""
+    done = []
+    for n in block.nodes:
+        ins = [block.leaves[i[1]] if type(i) is tuple and i[0] == "leaf"
+               else done[i[1]] if type(i) is tuple else i for i in n.inputs]
+        done.append(backend.execute(n.op, ins, n.attrs, n.shape, n.dtype))
+    return [done[j] for j in block.outputs]
+
+
+# ---- the decorator -------------------------------------------------------------------------
+class Fusion(Backend):
+    """Fuse chains of elementwise ops into one kernel of `inner` (see the module's doc).
+    max_ops: the longest chain; max_buffers: the most buffers one kernel binds (WebGPU
+    guarantees 8 storage buffers per shader stage)."""
+
+    def __init__(self, inner, max_ops=64, max_buffers=8):
+        if not isinstance(inner, Backend):
+            raise TypeError(f"Fusion: expected a backend to wrap, such as Wgpu(), got {inner!r}")
+        self.inner = inner
+        self.max_ops, self.max_buffers = max_ops, max_buffers
+        self.dtypes = getattr(inner, "dtypes", None)
+        self._lock = threading.RLock()  # chains may be shared across threads: one realizes
+
+    def __str__(self):
+        return f"Fusion<{self.inner}>"
+
+    # ---- the protocol ----------------------------------------------------------------------
+    def execute(self, op, inputs, attrs, shape, dtype):
+        if op.kind in ELEMENTWISE and op.wgsl is not None:
+            return self._queue(op, inputs, attrs, shape, dtype)
+        prims = [self.realize(x) if type(x) is Lazy else x for x in inputs]
+        return Lazy(shape, dtype, value=self.inner.execute(op, prims, attrs, shape, dtype))
+
+    def from_numpy(self, array):
+        return Lazy(array.shape, array.dtype.name, value=self.inner.from_numpy(array))
+
+    def to_numpy(self, prim):
+        return self.inner.to_numpy(self.realize(prim))
+
+    async def to_numpy_async(self, prim):
+        return await self.inner.to_numpy_async(self.realize(prim))
+
+    def sync(self):
+        self.inner.sync()
+
+    def wrap(self, inner_prim, shape, dtype):
+        return Lazy(shape, dtype, value=inner_prim)
+
+    def unwrap(self, prim):
+        return self.realize(prim)
+
+    def __getattr__(self, name):  # what the inner backend offers beyond the protocol (stats)
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    # ---- queueing and realizing ------------------------------------------------------------
+    def _queue(self, op, inputs, attrs, shape, dtype):
+        leaves, ops = {}, 1
+        for x in inputs:
+            if type(x) is Lazy:
+                if x.node is None:
+                    leaves[id(x)] = x
+                else:
+                    leaves.update(x.leaves)
+                    ops += x.ops
+        pending = [x for x in inputs if type(x) is Lazy and x.node is not None]
+        # too long, or too many buffers for one kernel (its leaves and one output): realize
+        # the longest pending inputs first, each then read as one buffer
+        while pending and (ops > self.max_ops or len(leaves) + 1 > self.max_buffers):
+            x = max(pending, key=lambda p: (len(p.leaves), p.ops))
+            pending.remove(x)
+            self.realize(x)
+            leaves, ops = {}, 1
+            for y in inputs:
+                if type(y) is Lazy:
+                    if y.node is None:
+                        leaves[id(y)] = y
+                    else:
+                        leaves.update(y.leaves)
+                        ops += y.ops
+        node = OpRecord(op, tuple(inputs), attrs, shape, dtype)
+        return Lazy(shape, dtype, node=node, leaves=leaves, ops=ops)
+
+    def realize(self, lazy):
+        """The inner prim of `lazy`, running its pending chain first (once)."""
+        if lazy.node is None:
+            return lazy.value
+        with self._lock:
+            if lazy.node is not None:
+                self._run(lazy)
+        return lazy.value
+
+    def _run(self, root):
+        while True:
+            order, uses = _chain(root)
+            # an intermediate is written only when something outside the chain still holds it
+            # (a tensor, another pending chain): a reference beyond `order`'s and the chain's
+            outputs = [order[k] for k in range(len(order) - 1)
+                       if others(order, k) > uses[id(order[k])]] + [root]
+            wide = [x for x in outputs if x.shape != root.shape]
+            if not wide:
+                break
+            for x in wide:  # an intermediate of another shape: its own chain, first
+                self.realize(x)
+            del order, outputs, wide, x  # (their references would count as outside ones)
+        index = {id(x): j for j, x in enumerate(order)}
+        leaves, leaf_index = [], {}
+        nodes = []
+        for x in order:
+            ins = []
+            for i in x.node.inputs:
+                if type(i) is not Lazy:
+                    ins.append(i)
+                elif i.node is None:
+                    k = leaf_index.get(id(i))
+                    if k is None:
+                        k = leaf_index[id(i)] = len(leaves)
+                        leaves.append(i.value)
+                    ins.append(("leaf", k))
+                else:
+                    ins.append(("node", index[id(i)]))
+            n = x.node
+            nodes.append(OpRecord(n.op, tuple(ins), n.attrs, n.shape, n.dtype))
+        block = Block(nodes, leaves, [index[id(x)] for x in outputs], root.shape)
+        fuse = getattr(self.inner, "fuse", None)
+        if fuse is None or len(nodes) == 1:
+            prims = run_block(self.inner, block)
+        else:
+            prims = fuse(block)
+            launched(block.names())
+        for x, prim in zip(outputs, prims):
+            x.value, x.node, x.leaves, x.ops = prim, None, (), 0
+
+
+def _chain(root):
+    """The pending Lazies root's chain holds, inputs before their users, and how often the
+    chain's nodes read each Lazy (by id)."""
+    order, uses, seen = [], {}, set()
+    stack = [(root, False)]
+    while stack:
+        x, expanded = stack.pop()
+        if expanded:
+            order.append(x)
+            continue
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        stack.append((x, True))
+        for i in x.node.inputs:
+            if type(i) is Lazy:
+                uses[id(i)] = uses.get(id(i), 0) + 1
+                if i.node is not None and id(i) not in seen:
+                    stack.append((i, False))
+    return order, uses
