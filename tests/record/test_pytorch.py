@@ -123,7 +123,10 @@ def test_views_and_shared_storages(tmp_path, legacy):
         want = t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
         assert got[name].shape == want.shape, name
         np.testing.assert_array_equal(got[name], want, err_msg=name)
-        assert got[name].flags.c_contiguous and got[name].flags.writeable, name
+        assert not got[name].flags.writeable, name  # read-only views, as the storage is shared
+    for name in ("transposed", "strided", "offset", "row", "scalar"):  # one array per storage
+        assert np.shares_memory(got[name], got["base"]), name
+    assert got["broadcast"].strides == (0, 4)  # expanded: a view of 3 floats, not a copy
 
 
 def test_more_dtypes_and_negative_bit(tmp_path):
