@@ -34,6 +34,7 @@ import numpy as np
 
 from . import _convert, _module, _safetensors
 from ._errors import RecordError, UnsafePickleError
+from ._errors import short as _short
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C  # torch.serialization's, first in legacy files
 PROTOCOL_VERSION = 1001
@@ -473,11 +474,6 @@ def _storage_id(pid, source):
     return _dtype_of(marker, "a storage's type"), key
 
 
-def _short(value):
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
 # ---- the zip format --------------------------------------------------------------------------
 
 # torch.save stores every member uncompressed (ZIP_STORED). A compressed member means a zip tool
@@ -745,7 +741,7 @@ def _state_dict(obj, source, key=None):
 
 
 def _keys(obj):
-    return ", ".join(repr(k) for k in list(obj)[:20]) if isinstance(obj, dict) else "none"
+    return ", ".join(_short(k) for k in list(obj)[:20]) if isinstance(obj, dict) else "none"
 
 
 def _flatten(obj, prefix, tensors, others, seen):
