@@ -12,7 +12,10 @@ _REPR.maxstring = _REPR.maxother = 100
 
 def short(value):
     """A bounded repr of a value read from a file, for messages."""
-    return _REPR.repr(value)
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int of more than 4300 digits, which Python refuses to print
+        return f"a {type(value).__name__} too long to print"
 
 
 class RecordError(EmberError, ValueError):

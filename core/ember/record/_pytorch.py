@@ -444,13 +444,18 @@ def _unpickle(file, source, storage=None):
     try:
         # EXT1/2/4 name a global by a number of copyreg's registry, and pickle takes it from
         # its cache of extensions without asking find_class: refused before anything runs
-        for op, _, _ in pickletools.genops(file):
+        for op, arg, at in pickletools.genops(file):
             if op.name.startswith("EXT"):
                 raise UnsafePickleError(
                     f"record.load_pytorch: refused to load {source}: its pickle uses the "
                     f"opcode {op.name} (a global from copyreg's extension registry, which "
                     "would bypass the allow-list); torch.save never writes it. Nothing was "
                     "executed.")
+            # the unpickler's memo is a table as long as the largest index PUT: picklers
+            # number from 0, so an index past the bytes read so far only makes it allocate
+            if op.name.endswith("PUT") and arg > at - start:
+                raise _CorruptPickle(f"record.load_pytorch: cannot read {source}: its pickle "
+                                     f"memoizes at index {arg}, at byte {at - start}: corrupt")
         file.seek(start)
         return _Unpickler(file, source, storage).load()
     except (UnsafePickleError, _CorruptPickle):
@@ -464,13 +469,12 @@ def _unpickle(file, source, storage=None):
 
 def _storage_id(pid, source):
     if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] in ("storage", b"storage")):
-        raise RecordError(f"record.load_pytorch: {source} has an unknown persistent id "
-                          f"{_short(pid)}")
+        raise RecordError(f"an unknown persistent id {_short(pid)}")
     marker, key = pid[1], pid[2]
     if isinstance(key, bytes):
         key = key.decode("ascii", "replace")
     if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z0-9_]+", key):
-        raise RecordError(f"record.load_pytorch: {source} names a storage {_short(key)}")
+        raise RecordError(f"a storage named {_short(key)}")
     return _dtype_of(marker, "a storage's type"), key
 
 
@@ -595,13 +599,14 @@ def _read_zip(path, source, key):
                                           big)
             return storages[name]
 
-        obj = _unpickle(io.BytesIO(z.member(pickles[0])), source, storage)
-        tensors, others = _state_dict(obj, source, key)
+        pickled = z.member(pickles[0])
+        obj = _unpickle(io.BytesIO(pickled), source, storage)
+        tensors, others = _state_dict(obj, source, key, len(pickled))
         for s in _plan(tensors, source):
             z.check(s.where, s.need)
 
-    def read(f, s):
-        return f.read(s.where, s.need)
+    def read(f, s, need):
+        return f.read(s.where, need)
 
     return tensors, others, _fetcher(lambda: _Zip(path, source), read)
 
@@ -620,15 +625,19 @@ def _plan(tensors, source):
 
 def _fetcher(open_file, read):
     """read(entries) -> their arrays, reading (in one opening of the file) only the storages
-    those entries use, and only the bytes they reach."""
+    those entries use, and of each only the bytes they reach."""
 
     def fetch(entries):
-        todo = {id(e.storage): e.storage for e in entries
-                if isinstance(e, TensorRef) and e.storage.raw is None}
+        need = {}
+        for e in entries:
+            if isinstance(e, TensorRef):
+                s = e.storage
+                need[id(s)] = s, max(need.get(id(s), (s, 0))[1], e.need())
+        todo = [(s, n) for s, n in need.values() if s.raw is None or len(s.raw) < n]
         if todo:
             with open_file() as f:
-                for s in todo.values():
-                    s.raw = read(f, s) if s.need else b""
+                for s, n in todo:
+                    s.raw, s.arrays = read(f, s, n) if n else b"", {}
         return [e.load() for e in entries]
 
     return fetch
@@ -673,7 +682,9 @@ def _read_legacy(path, source, key, sure=True):
                           _int(view[2], "view size") * itemsize))
             return views[-1][0]
 
+        start = f.tell()
         obj = _unpickle(f, source, storage)
+        pickled = f.tell() - start
         keys = _unpickle(f, source)
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise RecordError(f"record.load_pytorch: {source} has no list of storages after "
@@ -689,7 +700,10 @@ def _read_legacy(path, source, key, sure=True):
                 raise RecordError(f"record.load_pytorch: {source} stores {name!r}, which its "
                                   "pickle never uses: corrupt")
             nbytes = count * np.dtype(_DTYPES[stored.dtype][0]).itemsize
-            if count < 0 or f.tell() + nbytes > size:
+            if count < 0:
+                raise RecordError(f"record.load_pytorch: {source} is corrupt (storage {name!r} "
+                                  f"has {count} elements)")
+            if f.tell() + nbytes > size:
                 raise RecordError(f"record.load_pytorch: {source} is truncated (storage "
                                   f"{name!r} needs {nbytes} bytes)")
             stored.where, stored.size = f.tell(), nbytes
@@ -697,13 +711,13 @@ def _read_legacy(path, source, key, sure=True):
     for view, root, start, length in views:
         if root.size is not None:
             view.where, view.size = root.where + start, max(0, min(length, root.size - start))
-    tensors, others = _state_dict(obj, source, key)
+    tensors, others = _state_dict(obj, source, key, pickled)
     _plan(tensors, source)
 
-    def read(f, s):
+    def read(f, s, need):
         f.seek(s.where)
-        data = f.read(s.need)
-        if len(data) != s.need:
+        data = f.read(need)
+        if len(data) != need:
             raise RecordError(f"record.load_pytorch: {source} was cut short while read")
         return data
 
@@ -712,8 +726,9 @@ def _read_legacy(path, source, key, sure=True):
 
 # ---- finding the state dict ------------------------------------------------------------------
 
-def _state_dict(obj, source, key=None):
-    """({name: TensorRef or NumPy array}, [names of entries that are not tensors])."""
+def _state_dict(obj, source, key=None, size=0):
+    """({name: TensorRef or NumPy array}, [names of entries that are not tensors]) of the
+    unpickled object, from a pickle of `size` bytes."""
     if not isinstance(obj, dict):
         raise RecordError(f"record.load_pytorch: {source} holds a {type(obj).__name__}, not a "
                           "dict of tensors")
@@ -723,14 +738,36 @@ def _state_dict(obj, source, key=None):
                 raise RecordError(f"record.load_pytorch: {source} has no entry {key!r}; its "
                                   f"top-level keys: {_keys(obj)}")
             obj = obj[part]
-        return _state_dict(obj, source)
+        return _state_dict(obj, source, size=size)
     if not any(isinstance(v, TensorRef) for v in dict.values(obj)):
         for k in _STATE_KEYS:
             if isinstance(obj.get(k), dict):
-                return _state_dict(obj[k], source)
-    tensors, others = {}, []
+                return _state_dict(obj[k], source, size=size)
+    # dotted names repeat the keys of the dicts above them: nested deep under a long key that
+    # the pickle writes once, they could take far more memory than the file
+    tensors, others, seen, left = {}, [], {id(obj)}, 8 * size + (1 << 20)
+
+    def flatten(d, prefix):
+        nonlocal left
+        for key, value in dict.items(d):
+            name = prefix + (key if isinstance(key, str) else _short(key))
+            left -= len(name)
+            if left < 0:
+                raise RecordError(f"record.load_pytorch: the names of the entries of {source} "
+                                  f"add up to more than {8 * size + (1 << 20)} characters, "
+                                  f"from a pickle of {size} bytes: not a state dict")
+            if isinstance(value, TensorRef):
+                tensors[name] = value
+            elif isinstance(value, _NumpyArray) and value.array is not None:
+                tensors[name] = _module.ArrayEntry(value.array)
+            elif isinstance(value, dict) and id(value) not in seen:
+                seen.add(id(value))
+                flatten(value, name + ".")
+            else:
+                others.append(name)
+
     try:
-        _flatten(obj, "", tensors, others, {id(obj)})
+        flatten(obj, "")
     except RecursionError:
         raise RecordError(f"record.load_pytorch: {source} nests dicts too deeply for a state "
                           "dict") from None
@@ -742,20 +779,6 @@ def _state_dict(obj, source, key=None):
 
 def _keys(obj):
     return ", ".join(_short(k) for k in list(obj)[:20]) if isinstance(obj, dict) else "none"
-
-
-def _flatten(obj, prefix, tensors, others, seen):
-    for key, value in dict.items(obj):
-        name = f"{prefix}{key}"
-        if isinstance(value, TensorRef):
-            tensors[name] = value
-        elif isinstance(value, _NumpyArray) and value.array is not None:
-            tensors[name] = _module.ArrayEntry(value.array)
-        elif isinstance(value, dict) and id(value) not in seen:
-            seen.add(id(value))
-            _flatten(value, name + ".", tensors, others, seen)
-        else:
-            others.append(name)
 
 
 # ---- the public functions --------------------------------------------------------------------
