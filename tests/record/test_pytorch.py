@@ -3,9 +3,7 @@
 import collections
 import io
 import pickle
-import random
 import struct
-import tracemalloc
 import zipfile
 
 import numpy as np
@@ -15,7 +13,7 @@ import torch
 from ember import nn, record
 from ember.record import RecordError, UnsafePickleError, _pytorch
 
-from .helpers import mirror, values
+from .helpers import mirror, mutations, peak, values
 
 EMBER_DTYPE = {torch.float32: "float32", torch.float64: "float64", torch.int64: "int64",
                torch.int32: "int32", torch.bool: "bool", torch.float16: "float32",
@@ -457,19 +455,6 @@ def patch(path, member, **fields):
     raise AssertionError(f"no {member} in {path}")
 
 
-def peak(fn):
-    """(what fn() returned or raised, the most memory Python and NumPy held at once meanwhile)"""
-    tracemalloc.start()
-    try:
-        try:
-            out = fn()
-        except Exception as e:  # the caller asserts which
-            out = e
-        return out, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.fixture
 def bytes_read(monkeypatch):
     """The bytes load_pytorch reads or inflates from the storages of zip archives."""
@@ -703,31 +688,6 @@ def test_damaged_archives_raise_only_record_errors(tmp_path):
         path.write_bytes(raw[:cut])
         with pytest.raises(RecordError):
             record.load_pytorch(path, mirror({"w": (2, 3), "b": (2,)}))
-
-
-def mutations(raw, seed, count):
-    """`count` seeded mutations of `raw`: flipped bytes, cuts, big numbers, inserts, repeats."""
-    rng = random.Random(seed)
-    for _ in range(count):
-        data = bytearray(raw)
-        for _ in range(rng.randint(1, 4)):
-            if not data:
-                break
-            at = rng.randrange(len(data))
-            kind = rng.randrange(6)
-            if kind == 0:
-                data[at] ^= 1 << rng.randrange(8)
-            elif kind == 1:
-                data[at] = rng.randrange(256)
-            elif kind == 2:
-                data[at: at + 4] = struct.pack("<I", rng.choice([0, 1, 2**31, 2**32 - 1]))
-            elif kind == 3:
-                data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
-            elif kind == 4:
-                del data[at: at + rng.randint(1, 64)]
-            else:
-                data = data[:at]
-        yield bytes(data)
 
 
 @pytest.mark.parametrize("what", ["zip bytes", "pickle in a sound zip", "legacy"])
