@@ -639,6 +639,8 @@ def test_neg_and_conj_bits_are_read_as_torch_does(tmp_path):
 @pytest.mark.parametrize("claim, message", [
     (Claim("0", [2, 1 << 62], [1 << 62, 1]), "reaches element"),
     (Claim("0", [2], [1], offset=1 << 70), "reaches element"),
+    (Claim("0", [2], [10**5000]), "reaches element <int too long to print>"),
+    (Claim("0", [2], [1], offset=-10**5000), "offset <int too long to print>"),
     (Claim("0", [1 << 64], [0]), "too large for NumPy"),
     (Claim("0", [0, 1 << 64]), "too large for NumPy"),
     (Claim("0", [2, 3], [1]), "size \\[2, 3\\], stride \\[1\\]"),

@@ -15,7 +15,7 @@ def short(value):
     try:
         return _REPR.repr(value)
     except ValueError:  # an int of more than 4300 digits, which Python refuses to print
-        return f"a {type(value).__name__} too long to print"
+        return f"<{type(value).__name__} too long to print>"
 
 
 class RecordError(EmberError, ValueError):

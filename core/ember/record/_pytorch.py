@@ -14,8 +14,15 @@ later, storage classes and torch dtypes are inert markers, OrderedDict is a dict
 keeps nothing from BUILD, and NumPy's array/scalar/dtype pickles are rebuilt from raw bytes for
 numeric dtypes only. The table's entries are frozen, so a BUILD opcode aimed at one cannot
 change how the next file is read. `persistent_load` only turns ('storage', type, key, ...) into
-a lazy reader of the archive entry `data/<key>`. Storage bytes are read as numbers with NumPy,
-after checking that every view (offset, sizes, strides) lies inside its storage.
+a lazy reader of the archive entry `data/<key>`. Before the pickle runs, its opcodes are
+scanned: EXT opcodes (globals from copyreg's registry, which skip find_class) are refused.
+
+Why it costs no more than the file. A file claims sizes; none is allocated on its word. Before
+a byte of tensor data is read, every view (offset, sizes, strides) is checked to lie inside
+the bytes its storage's zip member declares, and each member's declared sizes against the
+archive (see MAX_RATIO for compressed ones). Only the storages of the tensors asked for are
+read, and of each only the bytes those views reach. A tensor is a read-only NumPy view of its
+storage's one array, so stride-0 (expanded) tensors and names sharing a storage cost nothing.
 
 Not read: TorchScript archives, tensors of quantized / complex32 / float8 "fnuz" dtypes,
 sparse tensors, and PyTorch < 0.4's tar format; each is refused with its reason.
@@ -170,8 +177,8 @@ class TensorRef:
         self.stride = _ints(stride, "stride")
         if len(self.shape) != len(self.stride) or min(
                 (self.offset,) + self.shape + self.stride) < 0:
-            raise RecordError(f"a tensor has size {list(self.shape)}, stride "
-                              f"{list(self.stride)} and offset {self.offset}")
+            raise RecordError(f"a tensor has size {_short(list(self.shape))}, stride "
+                              f"{_short(list(self.stride))} and offset {_short(self.offset)}")
         self.flags = dict(metadata) if isinstance(metadata, dict) else {}
         self.source = "the file"
 
@@ -195,9 +202,9 @@ class TensorRef:
         if last >= size // itemsize:
             raise RecordError(
                 f"record.load_pytorch: cannot read {self.source}: a {self.dtype} tensor of size "
-                f"{list(self.shape)}, stride {list(self.stride)} and offset {self.offset} "
-                f"reaches element {last} of a storage of {size // itemsize}: the file is "
-                "corrupt or truncated")
+                f"{_short(list(self.shape))}, stride {_short(list(self.stride))} and offset "
+                f"{_short(self.offset)} reaches element {_short(last)} of a storage of "
+                f"{size // itemsize}: the file is corrupt or truncated")
         return (last + 1) * itemsize
 
     def load(self):
@@ -208,7 +215,7 @@ class TensorRef:
                               f"{self.storage.key!r})")
         if math.prod(n for n in self.shape if n) * base.itemsize > _MAX_BYTES:
             raise RecordError(f"record.load_pytorch: {self.source} has a tensor of size "
-                              f"{list(self.shape)}, too large for NumPy to index")
+                              f"{_short(list(self.shape))}, too large for NumPy to index")
         if 0 in self.shape:
             values = np.zeros(self.shape, base.dtype)
             values.flags.writeable = False
@@ -619,8 +626,8 @@ def _plan(tensors, source):
         if isinstance(t, TensorRef):
             t.source = source
             t.storage.need = max(t.storage.need, t.need())
-            used[id(t.storage)] = t.storage
-    return used.values()
+            used[t.storage] = True
+    return list(used)
 
 
 def _fetcher(open_file, read):
@@ -631,9 +638,8 @@ def _fetcher(open_file, read):
         need = {}
         for e in entries:
             if isinstance(e, TensorRef):
-                s = e.storage
-                need[id(s)] = s, max(need.get(id(s), (s, 0))[1], e.need())
-        todo = [(s, n) for s, n in need.values() if s.raw is None or len(s.raw) < n]
+                need[e.storage] = max(need.get(e.storage, 0), e.need())
+        todo = [(s, n) for s, n in need.items() if s.raw is None or len(s.raw) < n]
         if todo:
             with open_file() as f:
                 for s, n in todo:
