@@ -400,10 +400,10 @@ class Claim:
         if stride is None:
             stride = [int(np.prod(size[i + 1:])) for i in range(len(size))]
         self.key, self.size, self.stride, self.offset = key, size, stride, offset
-        self.storage, self.metadata, self.numel = storage, metadata, 0
+        self.storage, self.metadata, self.numel, self.view = storage, metadata, 0, ()
 
     def __reduce__(self):
-        pid = Pid(("storage", self.storage, self.key, "cpu", self.numel))
+        pid = Pid(("storage", self.storage, self.key, "cpu", self.numel) + self.view)
         args = (pid, self.offset, tuple(self.size), tuple(self.stride), False,
                 collections.OrderedDict())
         return torch._utils._rebuild_tensor_v2, args + ((self.metadata,) if self.metadata
@@ -659,6 +659,33 @@ def test_an_unused_stride_and_huge_sizes_of_a_view_are_fine(tmp_path):
                                          "e": Claim("0", [0, 1 << 40])}, {"0": bytes(12)})
     got = record.read_pytorch(path)
     assert got["w"].tolist() == [[0, 0, 0]] and got["e"].shape == (0, 1 << 40)
+
+
+def test_legacy_storage_views(tmp_path):
+    # PyTorch < 0.4 pickled a view of a storage as ("storage", type, key, "cpu", size,
+    # (view key, offset, size)), in elements; the legacy stream then holds the root's bytes
+    root = np.arange(10, dtype=np.float32)
+
+    def legacy(claims):
+        buf = io.BytesIO()
+        for claim in claims.values():
+            claim.numel = 10
+        ClaimPickler(buf, protocol=2).dump(claims)
+        return (pickle.dumps(_pytorch.MAGIC_NUMBER, protocol=2)
+                + pickle.dumps(_pytorch.PROTOCOL_VERSION, protocol=2)
+                + pickle.dumps({"little_endian": True}, protocol=2) + buf.getvalue()
+                + pickle.dumps(["0"], protocol=2) + struct.pack("<q", 10) + root.tobytes())
+
+    inside, plain, past = Claim("0", [3], offset=1), Claim("0", [10]), Claim("0", [3])
+    inside.view, past.view = (("v", 2, 5),), (("w", 8, 5),)
+    path = tmp_path / "old.pt"
+    path.write_bytes(legacy({"a": inside, "b": plain}))
+    got = record.read_pytorch(path)
+    np.testing.assert_array_equal(got["a"], root[3:6])
+    np.testing.assert_array_equal(got["b"], root)
+    path.write_bytes(legacy({"c": past}))  # the view's 5 elements from 8 pass the root's end
+    with pytest.raises(RecordError, match="reaches element 2 of a storage of 2"):
+        record.read_pytorch(path)
 
 
 def test_damaged_archives_raise_only_record_errors(tmp_path):
