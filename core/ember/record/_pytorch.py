@@ -452,7 +452,7 @@ def _unpickle(file, source, storage=None):
         # EXT1/2/4 name a global by a number of copyreg's registry, and pickle takes it from
         # its cache of extensions without asking find_class: refused before anything runs
         for op, arg, at in pickletools.genops(file):
-            if op.name.startswith("EXT"):
+            if op.code in "\x82\x83\x84":  # EXT1, EXT2, EXT4
                 raise UnsafePickleError(
                     f"record.load_pytorch: refused to load {source}: its pickle uses the "
                     f"opcode {op.name} (a global from copyreg's extension registry, which "
@@ -460,7 +460,7 @@ def _unpickle(file, source, storage=None):
                     "executed.")
             # the unpickler's memo is a table as long as the largest index PUT: picklers
             # number from 0, so an index past the bytes read so far only makes it allocate
-            if op.name.endswith("PUT") and arg > at - start:
+            if op.code in "pr" and arg > at - start:  # PUT, LONG_BINPUT (BINPUT: < 256)
                 raise _CorruptPickle(f"record.load_pytorch: cannot read {source}: its pickle "
                                      f"memoizes at index {arg}, at byte {at - start}: corrupt")
         file.seek(start)
