@@ -252,6 +252,8 @@ DIGITS = "9" * 5000
     # int64 products wrap: 2**32 * 2**32 was 0 elements, 0 bytes, and passed
     (json.dumps({"a": {"dtype": "F32", "shape": [2**32, 2**32], "data_offsets": [0, 0]}}),
      "needs 73786976294838206464 bytes but data_offsets span 0"),
+    (json.dumps({"a": {"dtype": "F32", "shape": [10**4000] * 3, "data_offsets": [0, 0]}}),
+     "needs <int too long to print> bytes but data_offsets span 0"),  # 12001 digits
     (json.dumps({"a": {"dtype": "U8", "shape": [0, 2**64], "data_offsets": [0, 0]}}),
      "too large for NumPy"),
     (json.dumps({"a": {"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}}),

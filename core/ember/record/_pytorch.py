@@ -490,7 +490,7 @@ def _storage_id(pid, source):
 # torch.save stores every member uncompressed (ZIP_STORED). A compressed member means a zip tool
 # repacked the archive, with deflate, which zipfile inflates in bounded steps (bzip2 and lzma it
 # inflates a chunk at once, whatever it holds, so they are refused). Weights barely compress:
-# float bits look random (about 1.1:1), and even pruned or quantized weights stay under 10:1.
+# float bits look random (about 1.1:1), and pruned or quantized weights rarely reach 10:1.
 # So the members read from one archive may inflate to at most MAX_RATIO times their compressed
 # bytes, plus SLACK for a few small, very compressible ones (zero biases, the pickle): beyond
 # that the archive is a bomb, refused before anything is inflated, and a bomb costs at most
@@ -540,7 +540,7 @@ class _Zip:
                               "only (re-save the file with torch.save)")
         if need > info.file_size or info.header_offset + info.compress_size > self.size or (
                 info.compress_type == zipfile.ZIP_STORED and need > info.compress_size):
-            raise RecordError(f"{where}: its tensors need {need} bytes but it holds "
+            raise RecordError(f"{where}: {need} bytes of it are needed but it holds "
                               f"{min(info.file_size, info.compress_size)} of the "
                               f"{self.size}-byte archive: truncated or corrupt")
         if info.compress_type == zipfile.ZIP_DEFLATED:
@@ -550,7 +550,8 @@ class _Zip:
                 raise RecordError(
                     f"{where}: {self.compressed} compressed bytes would inflate to "
                     f"{self.inflated}, a ratio no torch.save file has (ember allows "
-                    f"{MAX_RATIO}:1): a zip bomb, or a damaged archive; nothing was inflated")
+                    f"{MAX_RATIO}:1): a zip bomb, or a damaged archive; refused before "
+                    "inflating it")
 
     def read(self, info, need):
         """The first `need` bytes of a member, inflating no more than that (plus a chunk)."""
@@ -751,7 +752,8 @@ def _state_dict(obj, source, key=None, size=0):
                 return _state_dict(obj[k], source, size=size)
     # dotted names repeat the keys of the dicts above them: nested deep under a long key that
     # the pickle writes once, they could take far more memory than the file
-    tensors, others, seen, left = {}, [], {id(obj)}, 8 * size + (1 << 20)
+    tensors, others, seen, budget = {}, [], {id(obj)}, 8 * size + (1 << 20)
+    left = budget
 
     def flatten(d, prefix):
         nonlocal left
@@ -760,8 +762,8 @@ def _state_dict(obj, source, key=None, size=0):
             left -= len(name)
             if left < 0:
                 raise RecordError(f"record.load_pytorch: the names of the entries of {source} "
-                                  f"add up to more than {8 * size + (1 << 20)} characters, "
-                                  f"from a pickle of {size} bytes: not a state dict")
+                                  f"add up to more than {budget} characters, from a pickle of "
+                                  f"{size} bytes: not a state dict")
             if isinstance(value, TensorRef):
                 tensors[name] = value
             elif isinstance(value, _NumpyArray) and value.array is not None:

@@ -189,9 +189,11 @@ class File:
             raw = f.read(n)
         try:
             header = json.loads(raw.decode("utf-8"))
-        except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, a 5000-digit number,
+        # ValueError: bad UTF-8 or JSON, a number of more than 4300 digits; RecursionError:
+        # arrays nested deeper than Python recurses
+        except (ValueError, RecursionError) as e:
             self._fail(f"its header is not valid JSON ({type(e).__name__}: {e}): corrupt, "
-                       "or not a safetensors file")  # nesting deeper than Python recurses
+                       "or not a safetensors file")
         if not isinstance(header, dict):
             self._fail("its header is not a JSON object")
         self.data_start = 8 + n
@@ -234,8 +236,8 @@ class File:
         itemsize = np.dtype(_READ[code][0]).itemsize
         nbytes = math.prod(shape) * itemsize  # Python ints: a product of huge sizes never wraps
         if end - begin != nbytes:
-            raise ValueError(f"shape {_short(shape)} of {code} needs {nbytes} bytes but "
-                             f"data_offsets span {end - begin}")
+            raise ValueError(f"shape {_short(shape)} of {code} needs {_short(nbytes)} bytes "
+                             f"but data_offsets span {end - begin}")
         if math.prod(d for d in shape if d) * max(itemsize, 4) > np.iinfo(np.intp).max:
             raise ValueError(f"shape {_short(shape)} is too large for NumPy to index")
         if end > self.data_size:
