@@ -2,6 +2,7 @@
 
 import collections
 import io
+import math
 import pickle
 import struct
 import zipfile
@@ -400,7 +401,7 @@ class Claim:
     def __init__(self, key, size, stride=None, offset=0, storage=torch.FloatStorage,
                  metadata=None):
         if stride is None:
-            stride = [int(np.prod(size[i + 1:])) for i in range(len(size))]
+            stride = [math.prod(size[i + 1:]) for i in range(len(size))]
         self.key, self.size, self.stride, self.offset = key, size, stride, offset
         self.storage, self.metadata, self.numel, self.view = storage, metadata, 0, ()
 
