@@ -536,8 +536,8 @@ def test_a_deflate_bomb_is_refused_before_inflating(tmp_path, bytes_read):
 
 
 def test_a_member_that_inflates_past_its_claim_is_read_no_further(tmp_path, bytes_read):
-    # the tensor needs 16 bytes; the member says 16 and holds 1 MiB of deflated zeros
-    path = archive(tmp_path / "long.pt", {"w": Claim("0", [4])}, {"0": bytes(MB)},
+    # the tensor needs 16 bytes; the member says 16 and holds 32 MiB of deflated zeros
+    path = archive(tmp_path / "long.pt", {"w": Claim("0", [4])}, {"0": bytes(32 * MB)},
                    {"0": zipfile.ZIP_DEFLATED})
     patch(path, "archive/data/0", size=16)
     error, most = peak(lambda: record.read_pytorch(path))
