@@ -136,7 +136,10 @@ from ..autodiff import Autodiff  # noqa: E402
 from ..backends.ndarray import NdArray  # noqa: E402
 
 
-def __getattr__(name):  # Wgpu loads on first use: importing ember never needs wgpu-py
+def __getattr__(name):  # Wgpu and Torch load on first use: ember never needs wgpu-py or torch
+    if name == "Torch":  # (torch itself is imported when a Torch() is made)
+        from ..backends.torch import Torch
+        return Torch
     if name == "Wgpu":
         try:
             from ..backends.wgpu import Wgpu
@@ -147,6 +150,7 @@ def __getattr__(name):  # Wgpu loads on first use: importing ember never needs w
 
 
 register("wgpu", lambda *args, **kw: __getattr__("Wgpu")(*args, **kw))
+register("torch", lambda *args, **kw: __getattr__("Torch")(*args, **kw))
 
 __all__ = ["Autodiff", "Backend", "NdArray", "default_backend", "register",
            "set_default_backend"]
