@@ -4,6 +4,7 @@ rule: a new op cannot skip the check (test_every_differentiable_op_is_checked)."
 
 import numpy as np
 import pytest
+from ops.backends import AUTODIFF  # (tests/ops/backends.py: every backend the suites run on)
 
 import ember
 from ember import Tensor
@@ -11,7 +12,6 @@ from ember.backend import Autodiff, NdArray
 from ember.nn import functional as F
 from ember.ops import OPS
 from ember.tensor import _apply
-from ops.backends import AUTODIFF  # (tests/ops/backends.py: every backend the suites run on)
 
 B = Autodiff(NdArray())  # the stack under test: the `stack` fixture sets it
 

@@ -207,7 +207,7 @@ def _slice_assign(x, v, starts, stops, steps, out=None):
 def _scatter(x, idx, v, dim, out=None):
     _in_range("scatter", idx, x.shape[dim], dim)
     out = x.clone() if out is None else out
-    return out.scatter_add_(dim, idx, v)
+    return out.scatter_add_(dim, idx.long(), v)  # (int64 indices: what every torch takes)
 
 
 def _mask_where(x, mask, value, out=None):
@@ -272,10 +272,14 @@ def _conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
 
 
 def _max_pool2d(x, kernel, stride, padding, dilation, ceil_mode):
+    if x.is_cuda and not x.is_floating_point():  # torch pools integers on the CPU only: on
+        # CUDA in float64 (exact for int32, and for int64 within 2**53), cast back
+        return _max_pool2d(x.double(), kernel, stride, padding, dilation, ceil_mode).to(x.dtype)
     return F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode)
 
 
 def _max_pool2d_indices(x, kernel, stride, padding, dilation, ceil_mode):
+    x = x.double() if x.is_cuda and not x.is_floating_point() else x  # (as above)
     return F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, return_indices=True)[1]
 
 
@@ -327,7 +331,7 @@ def _kernels():
         OPS["slice"]: _slice,
         OPS["cat"]: lambda *xs, dim: torch.cat(xs, dim),
         OPS["slice_assign"]: _slice_assign,
-        OPS["gather"]: index(torch.gather, "gather"),
+        OPS["gather"]: index(lambda x, dim, idx: torch.gather(x, dim, idx.long()), "gather"),
         OPS["scatter"]: _scatter,
         OPS["select"]: index(torch.index_select, "select"),
         OPS["mask_where"]: _mask_where,
