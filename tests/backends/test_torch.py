@@ -256,3 +256,15 @@ def test_training_matches_ndarray(B):
     ours, reference = _train(Autodiff(B), 4), _train(Autodiff(NdArray()), 4)
     assert ours[-1] < ours[0]  # it learns
     np.testing.assert_allclose(ours, reference, rtol=2e-4)
+
+
+def test_jit_replays_on_torch(B):
+    """ember.jit captures a model's primitives on Torch and replays them (op by op)."""
+    ember.seed(2)
+    model = ConvNet(channels=(4, 8), hidden=16, backend=B).eval()
+    fast = ember.jit(model)
+    x = Tensor.from_data(np.random.default_rng(3).random((2, 1, 28, 28), dtype=np.float32),
+                         backend=B)
+    want = model(x).to_numpy()
+    for _ in range(4):  # captured from the third call on
+        np.testing.assert_allclose(fast(x).to_numpy(), want, rtol=1e-6, atol=1e-7)
