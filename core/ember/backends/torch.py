@@ -31,7 +31,7 @@ import re
 import numpy as np
 
 from ..backend import Backend, sole_owner
-from ..dtype import DEFAULT_INT, DTYPES
+from ..dtype import DTYPES
 from ..errors import BackendError
 from ..ops import BINARY, COMPARE, LINALG, OPS, SOURCE, UNARY
 from ..ops.definitions import _check_index
@@ -54,8 +54,10 @@ class Torch(Backend):
         _load()
         if device != "cpu":
             count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            index = int(device[5:]) if ":" in device else torch.cuda.current_device() if count \
-                else 0
+            if ":" in device:
+                index = int(device[5:])
+            else:
+                index = torch.cuda.current_device() if count else 0
             if index >= count:
                 raise BackendError(f"Torch({device!r}): this torch ({torch.__version__}, CUDA "
                                    f"{torch.version.cuda}) sees {count} CUDA GPU(s); use "
@@ -221,13 +223,13 @@ def _mask_where(x, mask, value, out=None):
 def _arg(fn):
     def run(x, dims):
         x = x.to(torch.uint8) if x.dtype is torch.bool else x  # (torch's argmax takes no bool)
-        return fn(x, dims[0], keepdim=True).to(TORCH_DTYPES[DEFAULT_INT])
+        return fn(x, dims[0], keepdim=True)  # (int64: execute casts to the op's int32)
     return run
 
 
-def _reduce(fn, **kw):
+def _reduce(fn):
     # torch reduces every dim when given none; the op table means none
-    return lambda x, dims: fn(x, dims, keepdim=True, **kw) if dims else x
+    return lambda x, dims: fn(x, dims, keepdim=True) if dims else x
 
 
 def _sum(x, dims):
