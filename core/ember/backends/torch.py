@@ -311,6 +311,17 @@ def _adam(x, g, s, w, beta2, bc2_sqrt, eps, step):
     return out
 
 
+def _cast(x, dtype):
+    want = TORCH_DTYPES[dtype]
+    if x.is_floating_point() and not want.is_floating_point and want != torch.bool:
+        # saturating, NaN -> 0: the op table's rule (torch, like C, leaves it undefined)
+        info = torch.iinfo(want)
+        top = torch.nextafter(torch.tensor(-float(info.min), dtype=x.dtype),
+                              torch.tensor(0.0, dtype=x.dtype)).item()
+        x = torch.nan_to_num(x.clamp(float(info.min), top), nan=0.0)
+    return x.to(want)
+
+
 def _kernels():
     def index(fn, name):
         def run(x, idx, dim):
@@ -323,7 +334,7 @@ def _kernels():
         OPS["relu"]: lambda x, out=None: torch.clamp_min(x, 0, out=out),  # NaN stays NaN
         OPS["maximum"]: _binary(torch.maximum, scalar_right=False),
         OPS["minimum"]: _binary(torch.minimum, scalar_right=False),
-        OPS["cast"]: lambda x, dtype: x.to(TORCH_DTYPES[dtype]),
+        OPS["cast"]: _cast,
         OPS["sum"]: _sum,
         OPS["max"]: _reduce(torch.amax),
         OPS["min"]: _reduce(torch.amin),

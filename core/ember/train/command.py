@@ -37,7 +37,7 @@ def add_arguments(parser):
     from ..cli import int_range
     parser.add_argument("dataset", choices=sorted(RECIPES), help="what to train on")
     parser.add_argument("--backend", default=None,
-                        help="backend name (ndarray, wgpu, ...; default $EMBER_BACKEND or "
+                        help="backend name (ndarray, wgpu, torch, fusion(wgpu), ...; default $EMBER_BACKEND or "
                              "ndarray); training runs on Autodiff(<backend>)")
     parser.add_argument("--epochs", type=int_range(1), default=None,
                         help="epochs (default: the recipe's)")
