@@ -4,6 +4,7 @@ rule: a new op cannot skip the check (test_every_differentiable_op_is_checked)."
 
 import numpy as np
 import pytest
+from ops.backends import AUTODIFF  # (tests/ops/backends.py: every backend the suites run on)
 
 import ember
 from ember import Tensor
@@ -12,7 +13,17 @@ from ember.nn import functional as F
 from ember.ops import OPS
 from ember.tensor import _apply
 
-B = Autodiff(NdArray())
+B = Autodiff(NdArray())  # the stack under test: the `stack` fixture sets it
+
+
+@pytest.fixture(params=[make for _, make in AUTODIFF], ids=[name for name, _ in AUTODIFF])
+def stack(request):
+    """Each Autodiff stack in turn (Autodiff(NdArray()), Autodiff(Torch()) where torch is
+    installed) as the module's B, which the checks and their helpers read."""
+    global B
+    B = request.param()
+    yield B
+    B = Autodiff(NdArray())
 
 
 def _idx(x, data):
@@ -140,7 +151,7 @@ def test_every_differentiable_op_is_checked():
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))
-def test_gradient_matches_finite_differences(name):
+def test_gradient_matches_finite_differences(name, stack):
     shapes, domain, fn = CHECKS[name]
     rng = np.random.default_rng(abs(hash(name)) % 2**32)
     arrays = _inputs(shapes, domain, rng)
@@ -167,7 +178,7 @@ def test_gradient_matches_finite_differences(name):
 
 
 @pytest.mark.parametrize("name", sorted(NOT_DIFFERENTIABLE - {"full"}))
-def test_non_differentiable_results_are_not_tracked(name):
+def test_non_differentiable_results_are_not_tracked(name, stack):
     x = Tensor.from_data([[0.5, -1.0, 2.0]], backend=B, dtype="float64").require_grad()
     calls = {"argmax": lambda: x.argmax(1), "argmin": lambda: x.argmin(1),
              "max_pool2d_indices": lambda: F.max_pool2d(x[None, None], 1, return_indices=True)[1],
@@ -194,7 +205,7 @@ DOUBLE = {
 
 
 @pytest.mark.parametrize("name", sorted(DOUBLE))
-def test_double_backward_matches_finite_differences(name):
+def test_double_backward_matches_finite_differences(name, stack):
     fn = DOUBLE[name]
     rng = np.random.default_rng(7)
     a = rng.standard_normal((2, 3))

@@ -8,6 +8,7 @@ types); wherever a test needs another dtype, it must raise a DTypeError naming i
 
 import contextlib
 import importlib.util
+import os
 import sys
 
 import pytest
@@ -46,6 +47,26 @@ def _wgpu_here():
 
 if _wgpu_here():  # float32, int32 and bool
     BACKENDS.append(("wgpu", _wgpu))
+
+# PyTorch's kernels where torch is installed (CI installs it); on a GPU machine
+# EMBER_TEST_TORCH_DEVICE=cuda runs the same stacks on Torch("cuda")
+TORCH_DEVICE = os.environ.get("EMBER_TEST_TORCH_DEVICE", "cpu")
+
+
+def _torch(**kw):
+    from ember.backend import Torch
+    return Torch(TORCH_DEVICE, **kw)
+
+
+if importlib.util.find_spec("torch") is not None:
+    BACKENDS += [
+        ("torch", _torch),
+        ("torch-copy", lambda: _torch(inplace=False)),
+        ("autodiff-torch", lambda: Autodiff(_torch())),
+    ]
+
+# the Autodiff stacks the gradient checks (tests/autodiff/test_gradcheck.py) run on
+AUTODIFF = [(name, make) for name, make in BACKENDS if name.startswith("autodiff-")]
 
 
 @pytest.fixture(params=[make for _, make in BACKENDS], ids=[name for name, _ in BACKENDS])

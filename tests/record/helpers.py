@@ -1,4 +1,9 @@
-"""Modules built from nn.Module / nn.Param alone, mirroring PyTorch state-dict names."""
+"""Modules built from nn.Module / nn.Param alone, mirroring PyTorch state-dict names; what
+the tests of hostile files share (seeded mutations, peak memory)."""
+
+import random
+import struct
+import tracemalloc
 
 import numpy as np
 
@@ -75,3 +80,42 @@ def mirror(shapes, dtypes=None):
 
 def values(module):
     return {n: np.array(p.to_numpy()) for n, p in module.named_params()}
+
+
+def mutations(raw, seed, count):
+    """`count` seeded mutations of `raw`: flipped or replaced bytes, 32-bit numbers written
+    over it (0, 1, 2**31, 2**32 - 1), inserted and deleted runs, cuts."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        data = bytearray(raw)
+        for _ in range(rng.randint(1, 4)):
+            if not data:
+                break
+            at = rng.randrange(len(data))
+            kind = rng.randrange(6)
+            if kind == 0:
+                data[at] ^= 1 << rng.randrange(8)
+            elif kind == 1:
+                data[at] = rng.randrange(256)
+            elif kind == 2:
+                data[at: at + 4] = struct.pack("<I", rng.choice([0, 1, 2**31, 2**32 - 1]))
+            elif kind == 3:
+                data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+            elif kind == 4:
+                del data[at: at + rng.randint(1, 64)]
+            else:
+                data = data[:at]
+        yield bytes(data)
+
+
+def peak(fn):
+    """(what fn() returned or raised, the most memory Python and NumPy held at once meanwhile)"""
+    tracemalloc.start()
+    try:
+        try:
+            out = fn()
+        except Exception as e:  # the caller asserts which
+            out = e
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

@@ -1,8 +1,11 @@
 """The safetensors reader and writer: layout, dtypes, metadata, corrupt files, atomic writes."""
 
+import collections
 import json
 import os
+import random
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +13,8 @@ import torch
 
 from ember import record
 from ember.record import RecordError, _safetensors
+
+from .helpers import Net, mirror, mutations, values
 
 WRITABLE = ["float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64",
             "uint32", "uint16", "uint8", "bool"]
@@ -223,3 +228,102 @@ def test_written_file_has_ordinary_permissions(tmp_path):
     record.write_safetensors({"a": np.ones(2)}, path)  # over an existing file
     np.testing.assert_array_equal(record.read_safetensors(path)[0]["a"], np.ones(2))
     assert leftovers(tmp_path) == []
+
+
+# ---- hostile headers -------------------------------------------------------------------------
+
+def header_file(path, text):
+    text = text.encode() if isinstance(text, str) else text
+    path.write_bytes(struct.pack("<Q", len(text)) + text)
+    return path
+
+
+DIGITS = "9" * 5000
+
+
+@pytest.mark.parametrize("header, message", [
+    ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "not valid JSON \\(RecursionError"),
+    ('{"a": {"dtype": "F32", "shape": [' + DIGITS + '], "data_offsets": [0, 0]}}',
+     "not valid JSON \\(ValueError"),
+    ('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, ' + DIGITS + ']}}',
+     "not valid JSON \\(ValueError"),
+    (json.dumps({"a": {"dtype": "F32", "shape": [2**64], "data_offsets": [0, 0]}}),
+     "needs 73786976294838206464 bytes but data_offsets span 0"),
+    # int64 products wrap: 2**32 * 2**32 was 0 elements, 0 bytes, and passed
+    (json.dumps({"a": {"dtype": "F32", "shape": [2**32, 2**32], "data_offsets": [0, 0]}}),
+     "needs 73786976294838206464 bytes but data_offsets span 0"),
+    (json.dumps({"a": {"dtype": "F32", "shape": [10**4000] * 3, "data_offsets": [0, 0]}}),
+     "needs <int too long to print> bytes but data_offsets span 0"),  # 12001 digits
+    (json.dumps({"a": {"dtype": "U8", "shape": [0, 2**64], "data_offsets": [0, 0]}}),
+     "too large for NumPy"),
+    (json.dumps({"a": {"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}}),
+     "dtype \\['F32'\\] is not one ember reads"),
+    (json.dumps({"a": {"dtype": {"F32": 1}, "shape": [1], "data_offsets": [0, 4]}}),
+     "dtype {'F32': 1} is not one ember reads"),
+    (json.dumps({"a": {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]}}),
+     "non-negative integers"),
+    (json.dumps({"a": {"dtype": "F32", "shape": [True], "data_offsets": [0, 4]}}),
+     "non-negative integers"),
+    (json.dumps({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 2**70]}}),
+     "needs 4 bytes"),
+    (json.dumps({"a": {"dtype": "F32", "shape": [1] * 100_000, "data_offsets": [0, 4]}}),
+     "shape \\[1, 1, 1, 1, 1, 1, 1, 1, \\.\\.\\.\\] is too large|truncated"),
+])
+def test_hostile_headers_raise_record_errors(tmp_path, header, message):
+    path = header_file(tmp_path / "bad.safetensors", header)
+    for load in (lambda: record.read_safetensors(path),
+                 lambda: record.load(mirror({"a": (1,)}), path),
+                 lambda: record.load_pytorch(path, mirror({"a": (1,)}))):
+        with pytest.raises(RecordError, match=message) as info:
+            load()
+        assert len(str(info.value)) < 2000  # the header is not quoted whole
+
+
+def test_huge_integers_are_refused_when_python_parses_them(tmp_path):
+    # with Python's limit on integer digits lifted, the number parses and is still refused
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        path = header_file(tmp_path / "bad.safetensors", '{"a": {"dtype": "F32", "shape": ['
+                           + DIGITS + '], "data_offsets": [0, 4]}}')
+        with pytest.raises(RecordError, match="needs 3999.* bytes but data_offsets span 4"):
+            record.read_safetensors(path)
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+def test_fuzzed_safetensors_raise_only_record_errors(tmp_path):
+    net = Net(seed=1)
+    good, path = tmp_path / "good.safetensors", tmp_path / "fuzzed.safetensors"
+    record.save(net, good)
+    raw = good.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    rng = random.Random(5)
+    # numbers and brackets where the header has digits: the JSON stays JSON, its values change
+    texts = ["18446744073709551616", "4294967296", "-1", "1e999", "1.5", "[]", "{}", "null",
+             DIGITS, "[" * 5000, '"F32"', "true"]
+    header_mutations = []
+    for _ in range(150):
+        text = raw[8: 8 + n].decode()
+        for _ in range(rng.randint(1, 3)):
+            at = rng.choice([i for i, c in enumerate(text) if c.isdigit()])
+            text = text[:at] + rng.choice(texts) + text[at + 1:]
+        text = text.encode()
+        header_mutations.append(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+    outcomes = collections.Counter()
+    for data in header_mutations + list(mutations(raw, seed=3, count=200)):
+        path.write_bytes(data)
+        for load in (lambda: record.read_safetensors(path),
+                     lambda: record.load(Net(), path),
+                     lambda: record.load_pytorch(path, Net())):
+            try:
+                load()
+                outcomes["loaded"] += 1
+            except RecordError as e:
+                assert str(e)
+                outcomes["refused"] += 1
+    assert 0 < outcomes["loaded"] < outcomes["refused"], outcomes
+    loaded = Net()
+    record.load(loaded, good)
+    for name, v in values(net).items():
+        np.testing.assert_array_equal(values(loaded)[name], v)

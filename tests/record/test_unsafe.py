@@ -1,9 +1,13 @@
 """Malicious pickles: refused with the global named, and their side effects never happen."""
 
+import copyreg
+import io
 import os
 import pickle
+import struct
 import subprocess
 import sys
+import tracemalloc
 import zipfile
 
 import numpy as np
@@ -147,8 +151,6 @@ def test_evil_persistent_ids_and_storage_keys(tmp_path, clean_env):
         "unknown id": (("module", "x"), RecordError),
     }
     for what, (pid, error) in cases.items():
-        import io
-
         buf = io.BytesIO()
         Pickler(buf, protocol=2).dump({"w": Pid(pid)})
         path = torch_zip(tmp_path, buf.getvalue())
@@ -205,3 +207,77 @@ def test_numpy_values_in_a_checkpoint_are_read_as_numbers(tmp_path):
     with pytest.raises(UnsafePickleError, match="numpy.random"):
         torch.save({"w": torch.ones(1), "rng": np.random.RandomState(0)}, path)
         record.read_pytorch(path)
+
+
+def pwn(marker):
+    with open(marker, "w") as f:
+        f.write("pwned")
+
+
+@pytest.mark.parametrize("code, opcode", [
+    (0x7F, b"\x82\x7f"),                                 # EXT1
+    (0x1234, b"\x83" + struct.pack("<H", 0x1234)),        # EXT2
+    (0x1234567, b"\x84" + struct.pack("<i", 0x1234567)),  # EXT4
+])
+def test_ext_opcodes_are_refused_even_for_registered_extensions(tmp_path, code, opcode):
+    marker = tmp_path / "pwned"
+    arg = str(marker).encode()
+    pickled = b"\x80\x02" + opcode + b"X" + struct.pack("<I", len(arg)) + arg + b"\x85R."
+    copyreg.add_extension(__name__, "pwn", code)
+    try:
+        # the control: once a plain load has cached the extension, an unpickler whose
+        # find_class refuses everything still runs it
+        pickle.loads(pickled)
+        marker.unlink()
+
+        class AllowNothing(pickle.Unpickler):
+            def find_class(self, module, name):
+                raise pickle.UnpicklingError(f"{module}.{name}")
+
+        AllowNothing(io.BytesIO(pickled)).load()
+        assert marker.exists()
+        marker.unlink()
+        for path in (torch_zip(tmp_path, pickled), tmp_path / "raw.pt", tmp_path / "legacy.pt"):
+            if path.name == "raw.pt":
+                path.write_bytes(pickled)
+            elif path.name == "legacy.pt":
+                path.write_bytes(legacy(pickled))
+            with pytest.raises(UnsafePickleError, match=f"opcode EXT{min(len(opcode) - 1, 4)}"):
+                record.load_pytorch(path, mirror({"w": (2,)}))
+            assert not marker.exists()
+    finally:
+        copyreg.remove_extension(__name__, "pwn", code)
+
+
+def test_a_memo_index_past_the_pickle_is_refused(tmp_path):
+    # LONG_BINPUT 2**28 makes pickle's unpickler grow its memo table to 2**28 entries (2 GB)
+    pickled = b"\x80\x02}r" + struct.pack("<I", 2**28) + b"."
+    for path in (torch_zip(tmp_path, pickled), tmp_path / "legacy.pt"):
+        if path.name == "legacy.pt":
+            path.write_bytes(legacy(pickled))
+        tracemalloc.start()
+        try:
+            with pytest.raises(RecordError, match="memoizes at index 268435456"):
+                record.read_pytorch(path)
+            assert tracemalloc.get_traced_memory()[1] < 8 << 20
+        finally:
+            tracemalloc.stop()
+
+
+def test_names_that_repeat_a_long_key_are_refused(tmp_path):
+    # 400 dicts nested under one 100 kB key, which the pickle writes once: the dotted names
+    # would take 400 * 401 / 2 * 100 kB = 8 GB
+    key = "k" * 100_000
+    obj = {"w": 1}
+    for _ in range(400):
+        obj = {key: obj}
+    pickled = pickle.dumps(obj, protocol=2)
+    assert len(pickled) < 110_000
+    path = torch_zip(tmp_path, pickled)
+    tracemalloc.start()
+    try:
+        with pytest.raises(RecordError, match="names of the entries .* add up to more than"):
+            record.read_pytorch(path)
+        assert tracemalloc.get_traced_memory()[1] < 16 << 20
+    finally:
+        tracemalloc.stop()

@@ -1,6 +1,21 @@
-"""The exceptions of ember.record."""
+"""The exceptions of ember.record, and how their messages quote a file's values."""
+
+import reprlib
 
 from ..errors import EmberError
+
+# a file's values can be huge or nested thousands deep (repr would recurse past the limit)
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 4, 8, 8, 8
+_REPR.maxstring = _REPR.maxother = 100
+
+
+def short(value):
+    """A bounded repr of a value read from a file, for messages."""
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int of more than 4300 digits, which Python refuses to print
+        return f"<{type(value).__name__} too long to print>"
 
 
 class RecordError(EmberError, ValueError):

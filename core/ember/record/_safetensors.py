@@ -17,6 +17,7 @@ of tensor data is read, so a truncated or corrupt file is reported, not half rea
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import struct
@@ -25,6 +26,7 @@ import numpy as np
 
 from . import _convert
 from ._errors import RecordError
+from ._errors import short as _short
 
 # safetensors dtype -> (NumPy dtype of the stored bytes, widening to a NumPy dtype, label)
 _READ = {
@@ -187,9 +189,11 @@ class File:
             raw = f.read(n)
         try:
             header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            self._fail(f"its header is not valid JSON ({e}): corrupt, or not a safetensors "
-                       "file")
+        # ValueError: bad UTF-8 or JSON, a number of more than 4300 digits; RecursionError:
+        # arrays nested deeper than Python recurses
+        except (ValueError, RecursionError) as e:
+            self._fail(f"its header is not valid JSON ({type(e).__name__}: {e}): corrupt, "
+                       "or not a safetensors file")
         if not isinstance(header, dict):
             self._fail("its header is not a JSON object")
         self.data_start = 8 + n
@@ -220,19 +224,22 @@ class File:
         if not isinstance(info, dict):
             raise ValueError("its entry is not a JSON object")
         code, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if code not in _READ:
-            raise ValueError(f"dtype {code!r} is not one ember reads ({', '.join(_READ)})")
+        if not isinstance(code, str) or code not in _READ:
+            raise ValueError(f"dtype {_short(code)} is not one ember reads ({', '.join(_READ)})")
         if not isinstance(shape, list) or not all(
                 type(d) is int and d >= 0 for d in shape):
-            raise ValueError(f"shape {shape!r} is not a list of non-negative integers")
+            raise ValueError(f"shape {_short(shape)} is not a list of non-negative integers")
         if not (isinstance(offsets, list) and len(offsets) == 2
                 and all(type(o) is int for o in offsets) and 0 <= offsets[0] <= offsets[1]):
-            raise ValueError(f"data_offsets {offsets!r} are not [begin, end]")
+            raise ValueError(f"data_offsets {_short(offsets)} are not [begin, end]")
         begin, end = offsets
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(_READ[code][0]).itemsize
+        itemsize = np.dtype(_READ[code][0]).itemsize
+        nbytes = math.prod(shape) * itemsize  # Python ints: a product of huge sizes never wraps
         if end - begin != nbytes:
-            raise ValueError(f"shape {shape} of {code} needs {nbytes} bytes but data_offsets "
-                             f"span {end - begin}")
+            raise ValueError(f"shape {_short(shape)} of {code} needs {_short(nbytes)} bytes "
+                             f"but data_offsets span {end - begin}")
+        if math.prod(d for d in shape if d) * max(itemsize, 4) > np.iinfo(np.intp).max:
+            raise ValueError(f"shape {_short(shape)} is too large for NumPy to index")
         if end > self.data_size:
             raise ValueError(f"its data ends at byte {end} but the file holds only "
                              f"{self.data_size} bytes of data: truncated")

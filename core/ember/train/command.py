@@ -37,8 +37,8 @@ def add_arguments(parser):
     from ..cli import int_range
     parser.add_argument("dataset", choices=sorted(RECIPES), help="what to train on")
     parser.add_argument("--backend", default=None,
-                        help="backend name (ndarray, wgpu, ...; default $EMBER_BACKEND or "
-                             "ndarray); training runs on Autodiff(<backend>)")
+                        help="backend name (ndarray, wgpu, torch, fusion(wgpu), ...; default "
+                             "$EMBER_BACKEND or ndarray); training runs on Autodiff(<backend>)")
     parser.add_argument("--epochs", type=int_range(1), default=None,
                         help="epochs (default: the recipe's)")
     parser.add_argument("--batch-size", type=int_range(1), default=None,

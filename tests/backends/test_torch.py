@@ -1,0 +1,270 @@
+"""Torch: PyTorch's kernels as an ember backend (ember/backends/torch.py).
+
+The op suite (tests/ops) and the gradient checks (tests/autodiff/test_gradcheck.py) run on
+Torch and Autodiff(Torch) already; this file checks what is Torch's own: the lazy import and
+the error without torch, the one kernel table, views, zero-copy data on the CPU, writing into
+unshared inputs, device strings, tf32's scope, moving tensors between backends, and a
+training step that matches NdArray's. EMBER_TEST_TORCH_DEVICE=cuda runs it on Torch("cuda").
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")  # an optional extra: CI installs it
+
+import ember  # noqa: E402
+from ember import BackendError, Tensor, nn, optim  # noqa: E402
+from ember.backend import Autodiff, NdArray, Torch, from_name  # noqa: E402
+from ember.backends import torch as torch_backend  # noqa: E402
+from ember.models import ConvNet  # noqa: E402
+from ember.ops import OPS, Op  # noqa: E402
+
+DEVICE = os.environ.get("EMBER_TEST_TORCH_DEVICE", "cpu")
+CPU = DEVICE == "cpu"
+
+
+@pytest.fixture
+def B():
+    return Torch(DEVICE)
+
+
+def data(shape=(2, 3)):
+    return np.arange(1, np.prod(shape) + 1, dtype=np.float32).reshape(shape) / 8
+
+
+# ---- import -----------------------------------------------------------------------------------
+def test_ember_imports_without_torch():
+    """Importing ember and naming Torch never imports torch; only making a Torch() does."""
+    code = ("import sys; import ember; from ember.backend import Torch; "
+            "assert 'torch' not in sys.modules, 'ember imported torch'; "
+            "Torch(); assert 'torch' in sys.modules; print('ok')")
+    env = {**os.environ, "PYTHONPATH": str(Path(ember.__file__).parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_missing_torch_names_the_extra(monkeypatch):
+    monkeypatch.setattr(torch_backend, "torch", None)  # as if never loaded
+    monkeypatch.setitem(sys.modules, "torch", None)  # and `import torch` fails
+    with pytest.raises(BackendError, match=r"pip install 'ember\[torch\]'"):
+        Torch()
+
+
+def test_names_and_equality():
+    assert str(Torch()) == "Torch<cpu>" and Torch() == Torch("cpu")
+    assert str(Torch("cpu", tf32=True)) == "Torch<cpu, tf32>"
+    assert Torch(tf32=True) == Torch()  # the same data: tensors are shared freely
+    assert Torch() != NdArray()
+    assert isinstance(from_name("torch"), Torch)
+    assert from_name("autodiff(torch)") == Autodiff(Torch())
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:x", "CPU", "cuda:99", 0, None])
+def test_bad_devices_are_refused(device):
+    with pytest.raises(BackendError, match="Torch"):
+        Torch(device)
+
+
+def test_a_missing_gpu_is_refused_with_the_count():
+    with pytest.raises(BackendError, match=r"sees \d+ CUDA GPU"):
+        Torch("cuda:99")
+
+
+# ---- the kernel table -------------------------------------------------------------------------
+def test_every_op_has_a_kernel():
+    assert sorted(op.name for op in OPS.values() if op not in torch_backend.KERNELS) == []
+
+
+def test_an_op_without_a_kernel_is_refused(B):
+    op = Op("made_up", "unary", np.negative)
+    with pytest.raises(BackendError, match="no kernel for op 'made_up'"):
+        B.execute(op, [B.from_numpy(data())], {}, (2, 3), "float32")
+
+
+def test_no_op_runs_through_numpy(B, monkeypatch):
+    """A training step and the ops it does not use run with every NumPy implementation of the
+    op table broken: everything goes through torch."""
+    def numpy_ran(*args, **kwargs):
+        raise AssertionError("an op ran its NumPy implementation")
+    for op in OPS.values():
+        monkeypatch.setitem(vars(op), "np", numpy_ran)
+    losses = _train(Autodiff(B), steps=1)
+    assert np.isfinite(losses).all()
+    x = Tensor.from_data(data((2, 3, 4, 4)), backend=B)
+    y = (x[:, :, ::-1].gelu().erf().argmax(1).cast("float32") + x.sin().min_dim(0)).sum()
+    assert np.isfinite(y.item())
+
+
+# ---- views, data, ownership -------------------------------------------------------------------
+def _storage(t):
+    return t._prim.untyped_storage().data_ptr()
+
+
+def test_movement_ops_are_views(B):
+    x = Tensor.from_data(data((2, 3, 4)), backend=B)
+    for y in (x.reshape(6, 4), x.permute(2, 0, 1), x[:, None].expand(2, 5, 3, 4),
+              x[1:, ::2, 1:3]):
+        assert _storage(y) == _storage(x)
+    np.testing.assert_array_equal(x[:, ::2, 1:3].to_numpy(), data((2, 3, 4))[:, ::2, 1:3])
+
+
+def test_negative_steps_flip(B):
+    a = data((3, 5))
+    x = Tensor.from_data(a, backend=B)
+    np.testing.assert_array_equal(x[::-1, 3:0:-2].to_numpy(), a[::-1, 3:0:-2])
+    np.testing.assert_array_equal(x.slice_assign((slice(None), slice(None, None, -2)), x[:, :3])
+                                  .to_numpy(), _assigned(a))
+
+
+def _assigned(a):
+    out = a.copy()
+    out[:, ::-2] = a[:, :3]
+    return out
+
+
+@pytest.mark.skipif(not CPU, reason="zero-copy is the CPU's: CUDA data crosses the bus")
+def test_cpu_data_is_not_copied():
+    B = Torch()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    prim = B.from_numpy(a)
+    assert prim.data_ptr() == a.ctypes.data  # torch.from_numpy: the same buffer
+    view = B.to_numpy(prim)
+    assert view.ctypes.data == a.ctypes.data and not view.flags.writeable
+    x = Tensor.from_data(a, backend=B)  # (from_data copies the caller's array, once)
+    assert x.to_numpy().ctypes.data == x._prim.data_ptr()
+
+
+def test_read_only_and_reversed_arrays_are_copied(B):
+    a = np.arange(6, dtype=np.float32)
+    a.flags.writeable = False
+    prim = B.from_numpy(a)
+    np.testing.assert_array_equal(B.to_numpy(prim), a)
+    np.testing.assert_array_equal(B.to_numpy(B.from_numpy(np.arange(6)[::-1])), [5, 4, 3, 2, 1, 0])
+
+
+def test_unshared_inputs_are_written_into(B):
+    exp = OPS["exp"]
+    inputs = [B.from_numpy(data())]  # the list alone refers to the prim: it may be reused
+    before = inputs[0].data_ptr()
+    assert B.execute(exp, inputs, {}, (2, 3), "float32").data_ptr() == before
+    held = B.from_numpy(data())
+    assert B.execute(exp, [held], {}, (2, 3), "float32").data_ptr() != held.data_ptr()
+    base = B.from_numpy(data())
+    inputs = [base.view(3, 2).view(2, 3)]  # a view: its base's data is seen elsewhere
+    assert B.execute(exp, inputs, {}, (2, 3), "float32").data_ptr() != base.data_ptr()
+    inputs = [B.from_numpy(data())]
+    before = inputs[0].data_ptr()
+    assert Torch(DEVICE, inplace=False).execute(exp, inputs, {}, (2, 3), "float32") \
+        .data_ptr() != before
+    np.testing.assert_allclose(B.to_numpy(base), data())  # nothing was overwritten
+
+
+def test_temporaries_are_reused_and_held_tensors_kept(B):
+    x = Tensor.from_data(data(), backend=B)
+    y = (x * 2).exp() + 1  # x * 2 and its exp are temporaries
+    np.testing.assert_allclose(y.to_numpy(), np.exp(data() * 2) + 1, rtol=1e-6)
+    np.testing.assert_array_equal(x.to_numpy(), data())
+    view = x.to_numpy()  # an array of x's buffer refers to x: x must not be written into
+    z = x.exp()
+    np.testing.assert_array_equal(view, data())
+    assert z._prim.data_ptr() != x._prim.data_ptr()
+
+
+# ---- dtypes -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["bool", "int32", "int64", "float32", "float64"])
+def test_every_dtype_round_trips(B, dtype):
+    a = (np.arange(6).reshape(2, 3) % 3).astype(dtype)
+    x = Tensor.from_data(a, backend=B)
+    assert x.dtype == dtype and x._prim.dtype == getattr(torch, dtype)
+    np.testing.assert_array_equal(x.to_numpy(), a)
+    np.testing.assert_array_equal((x == x).to_numpy(), np.ones((2, 3), bool))
+
+
+# ---- tf32 -------------------------------------------------------------------------------------
+def test_tf32_applies_to_this_backends_matmuls_only(monkeypatch):
+    """Inside a matmul of Torch(device, tf32=True) CUDA asks for TF32, and torch's own setting
+    is back after it; on the CPU nothing is changed."""
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    seen = []
+    real = torch_backend.KERNELS[OPS["matmul"]]
+
+    def spy(a, b):
+        seen.append(matmul.fp32_precision)
+        return real(a, b)
+    monkeypatch.setitem(torch_backend.KERNELS, OPS["matmul"], spy)
+    for tf32 in (True, False):
+        B = Torch(DEVICE, tf32=tf32)
+        x = Tensor.from_data(data((4, 4)), backend=B)
+        np.testing.assert_allclose((x @ x).to_numpy(), data((4, 4)) @ data((4, 4)), rtol=1e-2)
+        assert matmul.fp32_precision == before
+    assert seen == ([before, before] if CPU else ["tf32", "ieee"])
+
+
+# ---- moving between backends ------------------------------------------------------------------
+def test_tensors_move_between_backends(B):
+    a = data()
+    n = Tensor.from_data(a)
+    t = n.to(B)
+    assert t.backend == B and isinstance(t._prim, torch.Tensor)
+    np.testing.assert_array_equal(t.to_numpy(), a)
+    back = (t * 2).to(NdArray())
+    assert back.backend == NdArray() and isinstance(back._prim, np.ndarray)
+    np.testing.assert_array_equal(back.to_numpy(), a * 2)
+    ad = t.to(Autodiff(B))  # into the decorator: the same prim, wrapped
+    assert ad._prim.prim is t._prim
+    assert ad.to(B)._prim is t._prim
+    with pytest.raises(BackendError, match="different backends"):
+        t + n
+
+
+def test_records_save_and_load_through_torch(B, tmp_path):
+    ember.seed(1)
+    model = ConvNet(channels=(4, 8), hidden=16, backend=B)
+    ember.record.save(model, tmp_path / "m.safetensors")
+    other = ConvNet(channels=(4, 8), hidden=16, backend=NdArray())
+    ember.record.load(other, tmp_path / "m.safetensors")
+    for (name, p), (_, q) in zip(model.named_params(), other.named_params()):
+        np.testing.assert_array_equal(p.to_numpy(), q.to_numpy(), err_msg=name)
+
+
+# ---- training ---------------------------------------------------------------------------------
+def _train(backend, steps, batch=16):
+    """Losses of `steps` Adam steps of a small MNIST ConvNet, the same weights, data and
+    dropout masks on any backend."""
+    ember.seed(0)
+    model = ConvNet(channels=(8, 16), hidden=32, backend=backend)
+    rng = np.random.default_rng(0)
+    x = Tensor.from_data(rng.random((batch, 1, 28, 28), dtype=np.float32), backend=backend)
+    y = Tensor.from_data(rng.integers(0, 10, batch).astype(np.int32), backend=backend)
+    loss_fn, opt = nn.CrossEntropyLoss(), optim.Adam(lr=1e-2)
+    losses = []
+    for _ in range(steps):
+        loss = loss_fn(model(x), y)
+        grads = loss.backward()
+        model = opt.step(model, optim.GradientsParams.from_grads(grads, model))
+        losses.append(loss.item())
+    return np.array(losses)
+
+
+def test_training_matches_ndarray(B):
+    ours, reference = _train(Autodiff(B), 4), _train(Autodiff(NdArray()), 4)
+    assert ours[-1] < ours[0]  # it learns
+    np.testing.assert_allclose(ours, reference, rtol=2e-4)
+
+
+def test_jit_replays_on_torch(B):
+    """ember.jit captures a model's primitives on Torch and replays them (op by op)."""
+    ember.seed(2)
+    model = ConvNet(channels=(4, 8), hidden=16, backend=B).eval()
+    fast = ember.jit(model)
+    x = Tensor.from_data(np.random.default_rng(3).random((2, 1, 28, 28), dtype=np.float32),
+                         backend=B)
+    want = model(x).to_numpy()
+    for _ in range(4):  # captured from the third call on
+        np.testing.assert_allclose(fast(x).to_numpy(), want, rtol=1e-6, atol=1e-7)
