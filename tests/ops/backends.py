@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from ember import DTypeError
-from ember.backend import Autodiff, NdArray
+from ember.backend import Autodiff, Fusion, NdArray
 
 BACKENDS = [
     ("ndarray", NdArray),
@@ -24,6 +24,9 @@ BACKENDS = [
     ("ndarray-copy", lambda: NdArray(inplace=False)),
     # the decorator must not change any result (gradients are checked in tests/autodiff)
     ("autodiff-ndarray", lambda: Autodiff(NdArray())),
+    # elementwise chains fused into one pass (ember.fusion): the same results as op by op
+    ("fusion-ndarray", lambda: Fusion(NdArray())),
+    ("autodiff-fusion-ndarray", lambda: Autodiff(Fusion(NdArray()))),
 ]
 
 
@@ -46,7 +49,8 @@ def _wgpu_here():
 
 
 if _wgpu_here():  # float32, int32 and bool
-    BACKENDS.append(("wgpu", _wgpu))
+    BACKENDS += [("wgpu", _wgpu), ("fusion-wgpu", lambda: Fusion(_wgpu())),
+                 ("autodiff-fusion-wgpu", lambda: Autodiff(Fusion(_wgpu())))]
 
 # PyTorch's kernels where torch is installed (CI installs it); on a GPU machine
 # EMBER_TEST_TORCH_DEVICE=cuda runs the same stacks on Torch("cuda")
@@ -65,8 +69,11 @@ if importlib.util.find_spec("torch") is not None:
         ("autodiff-torch", lambda: Autodiff(_torch())),
     ]
 
-# the Autodiff stacks the gradient checks (tests/autodiff/test_gradcheck.py) run on
-AUTODIFF = [(name, make) for name, make in BACKENDS if name.startswith("autodiff-")]
+# the Autodiff stacks the gradient checks (tests/autodiff/test_gradcheck.py) run on: finite
+# differences need float64, which Wgpu does not hold (tests/fusion checks its gradients against
+# NdArray's)
+AUTODIFF = [(name, make) for name, make in BACKENDS
+            if name.startswith("autodiff-") and "wgpu" not in name]
 
 
 @pytest.fixture(params=[make for _, make in BACKENDS], ids=[name for name, _ in BACKENDS])

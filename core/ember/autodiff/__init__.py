@@ -82,6 +82,7 @@ class Autodiff(Backend):
             raise BackendError("Autodiff: the backend is already wrapped in Autodiff; for "
                                "higher-order gradients use ember.autodiff.grad(create_graph=True)")
         self.inner = inner
+        self.dtypes = getattr(inner, "dtypes", None)  # what it holds is what inner holds
 
     def __str__(self):
         return f"Autodiff<{self.inner}>"

@@ -100,20 +100,14 @@ def _fused(block):
     flat = len(tiles) > 1 and leaves[0].ndim == 1 if leaves else False
     outs = [np.empty(shape, block.nodes[j].dtype) for j in block.outputs]
     views = [o.reshape(-1) for o in outs] if flat else outs
-    last = len(block.nodes) - 1
-    into = block.nodes[last].op.donors and block.outputs[-1] == last  # (np takes out=)
     for at in tiles:
         done = []
         for n in block.nodes:
             args = [(leaves[i[1]][at] if i[0] == "leaf" else done[i[1]]) if type(i) is tuple
                     else i for i in n.inputs]
-            if into and len(done) == last:  # the chain's result straight into its tile
-                done.append(n.op.np(*args, out=views[-1][at], **n.attrs))
-            else:
-                done.append(n.op.np(*args, **n.attrs))
+            done.append(n.op.np(*args, **n.attrs))
         for o, j in zip(views, block.outputs):
-            if not (into and j == last):
-                o[at] = done[j]
+            o[at] = done[j]
     return outs
 
 

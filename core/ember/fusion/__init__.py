@@ -142,7 +142,7 @@ class Fusion(Backend):
             raise TypeError(f"Fusion: expected a backend to wrap, such as Wgpu(), got {inner!r}")
         self.inner = inner
         self.max_ops, self.max_buffers = max_ops, max_buffers
-        self.dtypes = getattr(inner, "dtypes", None)
+        self.dtypes = getattr(inner, "dtypes", None)  # what it holds is what inner holds
         self._lock = threading.RLock()  # chains may be shared across threads: one realizes
 
     def __str__(self):
@@ -150,7 +150,9 @@ class Fusion(Backend):
 
     # ---- the protocol ----------------------------------------------------------------------
     def execute(self, op, inputs, attrs, shape, dtype):
-        if op.kind in ELEMENTWISE and op.wgsl is not None:
+        # (a dtype inner cannot hold runs eagerly: inner refuses it now, not at a later read)
+        if op.kind in ELEMENTWISE and op.wgsl is not None and (
+                self.dtypes is None or dtype in self.dtypes):
             return self._queue(op, inputs, attrs, shape, dtype)
         prims = [self.realize(x) if type(x) is Lazy else x for x in inputs]
         return Lazy(shape, dtype, value=self.inner.execute(op, prims, attrs, shape, dtype))

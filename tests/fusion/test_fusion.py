@@ -1,0 +1,251 @@
+"""ember.fusion: chains of elementwise ops run as one kernel, counted with ember.fusion.trace()
+in the tinygrad style (each graph with its expected kernel count), with results equal to the
+unfused backend's. The whole op suite also runs on the fused stacks (tests/ops/backends.py)."""
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+
+import ember
+from ember import DTypeError, Tensor
+from ember.backend import Autodiff, Fusion, NdArray
+from ember.fusion import Lazy
+
+SQRT_2 = math.sqrt(2)
+
+
+def gelu_custom(x):
+    x = x * ((x / SQRT_2).erf() + 1)
+    return x / 2
+
+
+def _wgpu():
+    from ember import BackendError
+    from ember.backend import Wgpu
+    try:
+        return Wgpu()
+    except BackendError as e:
+        pytest.skip(f"Wgpu: {e}")
+
+
+INNERS = {"ndarray": NdArray}
+if importlib.util.find_spec("wgpu") is not None:
+    INNERS["wgpu"] = _wgpu
+
+
+@pytest.fixture(params=sorted(INNERS))
+def inner(request):
+    return INNERS[request.param]()
+
+
+def _t(data, backend, dtype=np.float32):
+    return Tensor.from_data(np.asarray(data, dtype=dtype), backend=backend)
+
+
+def _rand(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _counted(fn):
+    """(fn's result read back, the names of each kernel launched)."""
+    with ember.fusion.trace() as t:
+        out = fn()
+        values = [o.to_numpy() for o in out] if isinstance(out, tuple) else out.to_numpy()
+    return values, [k.ops for k in t.kernels], t
+
+
+# graph -> (function of the inputs, input shapes, expected kernels on a fused stack)
+GRAPHS = {
+    "one-op": (lambda a: a.exp(), [(4, 5)], 1),
+    "chain": (lambda a: ((a * 2 + 1).exp() - 3).abs(), [(4, 5)], 1),
+    "gelu_custom": (gelu_custom, [(64, 64)], 1),
+    "two-inputs": (lambda a, b: (a * b + a).tanh(), [(3, 4), (3, 4)], 1),
+    "broadcast": (lambda a, b: (a + b).exp() * 2, [(3, 1), (1, 4)], 1),
+    "broadcast-row": (lambda a, b: (a - b) / (b + 3), [(5, 6), (6,)], 1),
+    "scalar-only": (lambda a: a * 0.5 + 0.25, [(7,)], 1),
+    "compare-select": (lambda a, b: a.mask_where(a > b, b) * 2, [(4, 4), (4, 4)], 1),
+    "relu-chain": (lambda a: (a.relu() * 3).sqrt(), [(8, 8)], 1),
+    "cast-in-chain": (lambda a: (a * 10).cast("int32").cast("float32") / 10, [(5,)], 1),
+    "int-chain": (lambda a: (a.cast("int32") * 3 + 1).cast("float32"), [(5,)], 1),
+    "softmax-parts": (lambda a: (a - a.max_dim(1)).exp(), [(4, 6)], 2),  # max, then a chain
+    "reduce-after": (lambda a, b: (a * b).sum_dim(1), [(4, 6), (4, 6)], 2),
+    "reduce-before": (lambda a: a.sum_dim(1) * 2 + 1, [(4, 6)], 2),
+    "matmul-epilogue": (lambda a, w, b: (a @ w + b).relu(), [(4, 5), (5, 3), (3,)], 2),
+    # sum, then mean's division on its own (a local holds the [4, 1] mean: written, and a
+    # [4, 8] kernel cannot write it), the centred x (held too) with its square, sum, the rest
+    "layer-norm": (lambda a: _layer_norm(a), [(4, 8)], 5),
+    "nine-inputs": (lambda *xs: _sum_all(xs).exp(), [(3,)] * 9, 2),  # over 8 buffers: split
+    "permuted": (lambda a: (a.permute(1, 0) * 2).exp(), [(3, 5)], 1),
+    "sliced": (lambda a: (a[1:, ::2] + 1).sin(), [(4, 6)], 1),
+    "expanded": (lambda a: (a.expand(3, 4) * 2) + 1, [(1, 4)], 1),
+}
+
+
+def _sum_all(xs):
+    out = xs[0]
+    for x in xs[1:]:
+        out = out + x
+    return out
+
+
+def _layer_norm(a):
+    mean = a.mean_dim(1)
+    xc = a - mean
+    var = (xc * xc).mean_dim(1)
+    return xc / (var + 1e-5).sqrt()
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_kernel_counts_and_results(inner, name):
+    fn, shapes, expected = GRAPHS[name]
+    arrays = [_rand(s, seed) for seed, s in enumerate(shapes)]
+    want = fn(*(_t(a, NdArray()) for a in arrays)).to_numpy()
+    B = Fusion(inner)
+    tensors = [_t(a, B) for a in arrays]
+    got, kernels, _ = _counted(lambda: fn(*tensors))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert len(kernels) == expected, kernels
+
+
+@pytest.mark.parametrize("name", ["chain", "gelu_custom", "broadcast"])
+def test_unfused_backends_launch_a_kernel_per_op(name):
+    fn, shapes, _ = GRAPHS[name]
+    tensors = [_t(_rand(s, i), NdArray()) for i, s in enumerate(shapes)]
+    _, kernels, _ = _counted(lambda: fn(*tensors))
+    assert all(len(k) == 1 for k in kernels) and len(kernels) >= 3, kernels
+
+
+def test_gelu_custom_is_one_kernel_and_its_gradient_one_more(inner):
+    x = _t(_rand((32, 32)), Autodiff(Fusion(inner))).require_grad()
+    (y,), kernels, _ = _counted(lambda: (gelu_custom(x),))
+    assert kernels == [("div", "erf", "add", "mul", "div")]
+    with ember.fusion.trace() as t:
+        g = x.grad(gelu_custom(x).sum().backward()).to_numpy()
+    chains = [k.ops for k in t.kernels if len(k.ops) > 1]
+    # the forward chain and the whole backward chain; besides them only the sum and the
+    # backward's seed (ones)
+    assert len(chains) == 2 and len(t.kernels) == 4, t.kernels
+    ref = _t(x.to_numpy(), Autodiff(NdArray())).require_grad()
+    want = ref.grad(gelu_custom(ref).sum().backward()).to_numpy()
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_intermediate_still_held_is_written_once_by_the_same_kernel(inner):
+    B = Fusion(inner)
+    a = _t(_rand((4, 4)), B)
+    h = (a * 2).exp()             # held by a name: the chain writes it too
+    z = (h + 1).log()
+    with ember.fusion.trace() as t:
+        z_np = z.to_numpy()
+    assert [k.ops for k in t.kernels] == [("mul", "exp", "add", "log")]
+    assert type(h._prim) is Lazy and h._prim.node is None  # realized by that kernel
+    with ember.fusion.trace() as t:
+        h_np = h.to_numpy()
+    assert t.kernels == []
+    ref = np.exp(a.to_numpy() * 2)
+    np.testing.assert_allclose(h_np, ref, rtol=1e-6)
+    np.testing.assert_allclose(z_np, np.log(ref + 1), rtol=1e-6)
+
+
+def test_intermediates_nobody_holds_are_not_kept(inner):
+    B = Fusion(inner)
+    a = _t(_rand((4, 4)), B)
+    z = (((a * 2).exp() + 1) * 3).to_numpy()
+    assert z.shape == (4, 4)
+
+
+def test_an_intermediate_of_another_shape_is_its_own_kernel(inner):
+    B = Fusion(inner)
+    row, col = _t(_rand((1, 5)), B), _t(_rand((3, 1), 1), B)
+    h = row * 2                   # [1, 5], held: it cannot be written by a [3, 5] kernel
+    z = (h + col).exp()
+    got, kernels, _ = _counted(lambda: z)
+    assert kernels == [("mul",), ("add", "exp")]
+    np.testing.assert_allclose(got, np.exp(row.to_numpy() * 2 + col.to_numpy()), rtol=1e-6)
+
+
+def test_scalars_are_operands_not_part_of_the_kernel():
+    B = Fusion(_wgpu())
+    x = _t(_rand((16,)), B)
+    with ember.fusion.trace() as t:
+        for s in np.linspace(-2, 2, 100):
+            (x * float(s) + 1).exp().to_numpy()
+    assert len(t.kernels) == 100 and t.compiled <= 1, t  # one pipeline for 100 scalars
+
+
+def test_one_pipeline_per_chain_not_per_shape():
+    B = Fusion(_wgpu())
+    with ember.fusion.trace() as t:
+        for n in (3, 17, 256, 1000):
+            gelu_custom(_t(_rand((n,)), B)).to_numpy()
+    assert t.compiled <= 2, t  # (the flat and the strided entry at most)
+
+
+def test_long_chains_are_cut_at_max_ops(inner):
+    B = Fusion(inner, max_ops=4)
+    x = _t(_rand((6,)), B)
+
+    def chain():
+        y = x
+        for _ in range(10):
+            y = y * 1.01 + 0.1
+        return y
+    got, kernels, _ = _counted(chain)
+    assert kernels == [("mul", "add", "mul", "add")] * 5
+    want = x.to_numpy()
+    for _ in range(10):
+        want = want * np.float32(1.01) + np.float32(0.1)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_a_dtype_inner_cannot_hold_is_refused_at_once():
+    B = Fusion(_wgpu())
+    x = _t(_rand((3,)), B)
+    with pytest.raises(DTypeError, match="float64"):
+        x.cast("float64")
+
+
+def test_non_elementwise_ops_run_eagerly_through_inner(inner):
+    B = Fusion(inner)
+    a, w = _t(_rand((4, 5)), B), _t(_rand((5, 3), 1), B)
+    y = (a * 2) @ w  # the chain realized as matmul's input, matmul through inner.execute
+    np.testing.assert_allclose(y.to_numpy(), (a.to_numpy() * 2) @ w.to_numpy(), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_fusion_names_its_stack_and_composes():
+    assert str(Fusion(NdArray())) == "Fusion<NdArray<cpu>>"
+    assert str(Autodiff(Fusion(NdArray()))) == "Autodiff<Fusion<NdArray<cpu>>>"
+    assert ember.backend.from_name("autodiff(fusion(ndarray))") == Autodiff(Fusion(NdArray()))
+    with pytest.raises(TypeError, match="expected a backend"):
+        Fusion("wgpu")
+
+
+def test_jit_captures_and_replays_a_fused_stack(inner):
+    B = Fusion(inner)
+    fast = ember.jit(gelu_custom)
+    for seed in range(4):
+        x = _t(_rand((8, 8), seed), B)
+        np.testing.assert_allclose(fast(x).to_numpy(), gelu_custom(
+            _t(x.to_numpy(), NdArray())).to_numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_training_a_model_on_autodiff_fusion_matches_unfused():
+    from ember import nn, optim
+    losses = {}
+    for name, B in (("plain", Autodiff(NdArray())), ("fused", Autodiff(Fusion(NdArray())))):
+        ember.seed(3)
+        model = nn.Sequential(nn.Linear(6, 8, backend=B), nn.Gelu(), nn.Linear(8, 3, backend=B))
+        opt = optim.Adam(lr=1e-2)
+        x = _t(_rand((16, 6), 5), B)
+        y = Tensor.from_data(np.arange(16) % 3, backend=B)
+        run = []
+        for _ in range(5):
+            loss = nn.CrossEntropyLoss()(model(x), y)
+            run.append(loss.item())
+            model = opt.step(model, optim.GradientsParams.from_grads(loss.backward(), model))
+        losses[name] = run
+    np.testing.assert_allclose(losses["fused"], losses["plain"], rtol=1e-5)
