@@ -22,6 +22,7 @@ with the op names it ran, and how many kernels were compiled.
 import contextlib
 import contextvars
 import threading
+import weakref
 
 from ..backend.base import Backend, OpRecord, others
 from ..ops import ELEMENTWISE
@@ -56,8 +57,8 @@ _TRACE = contextvars.ContextVar("ember.fusion.trace", default=None)
 
 @contextlib.contextmanager
 def trace():
-    """Record the kernels launched in this context while the block runs (sync()ed at its end,
-    so a lazy backend's pending work is not missed only because nothing read it yet)."""
+    """Record the kernels launched in this context while the block runs (a chain Fusion still
+    holds pending runs when it is read, or at its backend's sync())."""
     t = Trace()
     token = _TRACE.set(t)
     try:
@@ -144,6 +145,7 @@ class Fusion(Backend):
         self.max_ops, self.max_buffers = max_ops, max_buffers
         self.dtypes = getattr(inner, "dtypes", None)  # what it holds is what inner holds
         self._lock = threading.RLock()  # chains may be shared across threads: one realizes
+        self._pending = []  # weak references to the chains queued since the last sync()
 
     def __str__(self):
         return f"Fusion<{self.inner}>"
@@ -167,6 +169,14 @@ class Fusion(Backend):
         return await self.inner.to_numpy_async(self.realize(prim))
 
     def sync(self):
+        """Run every chain still pending (the newest first: it writes what older ones share)
+        and wait for inner."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for ref in reversed(pending):
+            x = ref()
+            if x is not None and x.node is not None:
+                self.realize(x)
         self.inner.sync()
 
     def wrap(self, inner_prim, shape, dtype):
@@ -206,7 +216,13 @@ class Fusion(Backend):
                         leaves.update(y.leaves)
                         ops += y.ops
         node = OpRecord(op, tuple(inputs), attrs, shape, dtype)
-        return Lazy(shape, dtype, node=node, leaves=leaves, ops=ops)
+        lazy = Lazy(shape, dtype, node=node, leaves=leaves, ops=ops)
+        with self._lock:
+            if len(self._pending) >= 4096:  # (forget those realized or gone meanwhile)
+                self._pending = [r for r in self._pending if (p := r()) is not None
+                                 and p.node is not None]
+            self._pending.append(weakref.ref(lazy))
+        return lazy
 
     def realize(self, lazy):
         """The inner prim of `lazy`, running its pending chain first (once)."""

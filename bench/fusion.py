@@ -1,0 +1,110 @@
+"""Fusion (ember.fusion) against the same backend unfused, and on a GPU against PyTorch: the
+seed's gelu_custom (five elementwise ops) as one generated kernel.
+
+    ember bench fusion               # the runner's table: Fusion(B) / B for NdArray and Wgpu
+    python bench/fusion.py --gpu     # the GPU run: gelu_custom on 256M float32, effective
+                                     # TB/s of Fusion(Wgpu()), Wgpu() and torch's F.gelu (CUDA)
+
+Effective bandwidth counts what the function must move: its input read once and its result
+written once (8 bytes an element), whatever the kernels move in between. Every timing ends
+with the backend's sync() (Fusion's runs what is still pending, then waits for the GPU).
+"""
+
+import argparse
+import math
+import statistics
+import time
+
+import numpy as np
+
+from ember import Tensor
+from ember.backend import Fusion, NdArray
+
+SQRT_2 = math.sqrt(2)
+
+
+def gelu_custom(x):
+    x = x * ((x / SQRT_2).erf() + 1)
+    return x / 2
+
+
+def _synced(backend, fn):
+    def run():
+        out = fn()
+        backend.sync()
+        return out
+    return run
+
+
+def _case(ctx, name, inner, n):
+    data = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+    fused = Fusion(inner)
+    x, xf = Tensor.from_data(data, backend=inner), Tensor.from_data(data, backend=fused)
+    np.testing.assert_allclose(gelu_custom(xf).to_numpy(), gelu_custom(x).to_numpy(),
+                               rtol=1e-6, atol=1e-6)
+    ours, ref = ctx.measure(_synced(fused, lambda: gelu_custom(xf)),
+                            _synced(inner, lambda: gelu_custom(x)))
+    return ctx.time_row(f"gelu_custom {n} float32, Fusion({name}) vs {name}", ours, ref)
+
+
+def ndarray(ctx):
+    yield _case(ctx, "NdArray", NdArray(), 1 << 22)
+
+
+def wgpu(ctx):
+    try:
+        from ember.backend import Wgpu
+        inner = Wgpu()
+    except Exception as e:  # noqa: BLE001 (no wgpu-py, or no adapter: say so)
+        yield ctx.row(f"gelu_custom: no Wgpu here ({e})", float("nan"), float("nan"), "ms")
+        return
+    yield _case(ctx, "Wgpu", inner, 1 << 22)
+
+
+BENCHMARKS = {"ndarray": ndarray, "wgpu": wgpu}
+
+
+def _median_time(fn, repeat):
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def gpu(n=1 << 28, repeat=20):
+    """The H200 run: effective TB/s of gelu_custom on n float32."""
+    import torch
+
+    from ember.backend import Wgpu
+    inner = Wgpu()
+    fused = Fusion(inner)
+    data = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+    x, xf = Tensor.from_data(data, backend=inner), Tensor.from_data(data, backend=fused)
+    check = slice(0, 1 << 20)
+    np.testing.assert_allclose(gelu_custom(xf).to_numpy()[check],
+                               gelu_custom(x).to_numpy()[check], rtol=1e-5, atol=1e-6)
+    t = torch.from_numpy(data).cuda()
+
+    def torch_gelu():
+        torch.nn.functional.gelu(t)
+        torch.cuda.synchronize()
+    rows = {"Fusion(Wgpu())": _median_time(_synced(fused, lambda: gelu_custom(xf)), repeat),
+            "Wgpu()": _median_time(_synced(inner, lambda: gelu_custom(x)), repeat),
+            "torch F.gelu": _median_time(torch_gelu, repeat)}
+    print(f"gelu_custom on {n} float32 ({inner}; {torch.cuda.get_device_name()}), median of "
+          f"{repeat}, effective bandwidth (8 bytes an element):")
+    for name, s in rows.items():
+        print(f"  {name:16s} {s * 1e3:8.3f} ms  {8 * n / s / 1e12:6.2f} TB/s")
+    f, w, g = rows["Fusion(Wgpu())"], rows["Wgpu()"], rows["torch F.gelu"]
+    print(f"  Fusion vs unfused Wgpu: {w / f:.2f}x faster; vs F.gelu: {g / f:.2f}x its speed")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", action="store_true", required=True,
+                        help="the GPU run (needs torch with CUDA; else: ember bench fusion)")
+    parser.add_argument("--elements", type=int, default=1 << 28)
+    gpu(parser.parse_args().elements)
