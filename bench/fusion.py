@@ -93,7 +93,9 @@ def gpu(n=1 << 28, repeat=20):
         torch.cuda.synchronize()
     rows = {"Fusion(Wgpu())": _median_time(_synced(fused, lambda: gelu_custom(xf)), repeat),
             "Wgpu()": _median_time(_synced(inner, lambda: gelu_custom(x)), repeat),
-            "torch F.gelu": _median_time(torch_gelu, repeat)}
+            "torch F.gelu": _median_time(torch_gelu, repeat),
+            # the fused kernel's own floor: a chain of two cheap ops, memory-bound
+            "Fusion x*2+1": _median_time(_synced(fused, lambda: xf * 2 + 1), repeat)}
     print(f"gelu_custom on {n} float32 ({inner}; {torch.cuda.get_device_name()}), median of "
           f"{repeat}, effective bandwidth (8 bytes an element):")
     for name, s in rows.items():

@@ -291,19 +291,16 @@ def _scalar_value(raw, dt):
 def fused_source(block, leaf_dtypes, entry):
     """WGSL for a fusion Block (ember.fusion): each node's expression in registers, node by
     node with its own NaN rules, and only block.outputs stored. `leaf_dtypes`: the dtypes of
-    block.leaves; `entry`: "flat" (every leaf dense in the block's shape) or "main"."""
-    nt = len(leaf_dtypes)
+    block.leaves; `entry`: "flat4" or "flat" (every leaf dense in the block's shape; flat4:
+    also 16-byte aligned and a multiple of 4 elements, a vec4 per invocation) or "main"."""
+    nt, vec = len(leaf_dtypes), entry == "flat4"
+    wrap = (lambda t: f"vec4<{t}>") if vec else (lambda t: t)
     outputs = [f"@group(1) @binding({o}) var<storage, read_write> out{o}: "
-               f"array<{STORAGE[block.nodes[j].dtype]}>;" for o, j in enumerate(block.outputs)]
-    first = len(outputs)
-    bindings = [f"@group(1) @binding({first + t}) var<storage, read> in{t}: "
-                f"array<{STORAGE[dt]}>;" for t, dt in enumerate(leaf_dtypes)]
-    loads, flat_loads = [], []
-    for t, dt in enumerate(leaf_dtypes):
-        for out, at in ((loads, f"at{t}"), (flat_loads, f"info[{5 + 2 * t}] + i")):
-            value = f"in{t}[{at}]"
-            out.append(f"let v{t} = {f'({value} != 0u)' if dt == 'bool' else value};")
-    body, dtypes, s = [], [], 0  # dtypes: each node's result
+               f"array<{wrap(STORAGE[block.nodes[j].dtype])}>;"
+               for o, j in enumerate(block.outputs)]
+    bindings = [f"@group(1) @binding({len(outputs) + t}) var<storage, read> in{t}: "
+                f"array<{wrap(STORAGE[dt])}>;" for t, dt in enumerate(leaf_dtypes)]
+    scalars, body, dtypes = [], [], []  # dtypes: each node's result
     for j, n in enumerate(block.nodes):
         names, kinds = [], []
         for i in n.inputs:
@@ -316,11 +313,9 @@ def fused_source(block, leaf_dtypes, entry):
         typed = next(k for k in kinds if k is not None)  # a scalar takes its tensors' dtype
         for k, name in enumerate(names):
             if name is None:
+                s = len(scalars)
                 names[k], kinds[k] = f"s{s}", typed
-                line = f"let s{s} = {_scalar_value(f'info[sb + {s}]', typed)};"
-                loads.append(line)
-                flat_loads.append(line)
-                s += 1
+                scalars.append(f"let s{s} = {_scalar_value(f'info[sb + {s}]', typed)};")
         # WGSL orders no bools: a comparison reads them as 0/1
         operands = [f"i32({m})" if k == "bool" and n.op.kind == COMPARE else m
                     for m, k in zip(names, kinds)]
@@ -330,8 +325,28 @@ def fused_source(block, leaf_dtypes, entry):
             if rule is not None:
                 body.append(f"if (is_nan({names[k]})) {{ r{j} = {_literal(rule, n.dtype)}; }}")
         dtypes.append(n.dtype)
-    stores = [f"out{o}[i] = {f'select(0u, 1u, r{j})' if dtypes[j] == 'bool' else f'r{j}'};"
-              for o, j in enumerate(block.outputs)]
+
+    def load(t, value):
+        return f"let v{t} = {f'({value} != 0u)' if leaf_dtypes[t] == 'bool' else value};"
+
+    def stored(j):
+        return f"select(0u, 1u, r{j})" if dtypes[j] == "bool" else f"r{j}"
+
+    fields = dict(OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings), NT=nt)
+    if vec:
+        quads = [f"let q{t} = in{t}[info[{5 + 2 * t}] / 4 + i];" for t in range(nt)]
+        results = [f"var res{o}: vec4<{STORAGE[dtypes[j]]}>;"
+                   for o, j in enumerate(block.outputs)]
+        lanes = ["{\n        " + "\n        ".join(
+            [load(t, f"q{t}.{lane}") for t in range(nt)] + body
+            + [f"res{o}.{lane} = {stored(j)};" for o, j in enumerate(block.outputs)])
+            + "\n    }" for lane in "xyzw"]
+        src = render("fused4.wgsl", **fields, QUADS="\n    ".join(quads + scalars),
+                     RESULTS="\n    ".join(results), LANES="\n    ".join(lanes),
+                     STORES="\n    ".join(f"out{o}[i] = res{o};"
+                                           for o in range(len(outputs))))
+        return src, entry, ("w",) * len(outputs) + ("r",) * nt
+    stores = [f"out{o}[i] = {stored(j)};" for o, j in enumerate(block.outputs)]
     walk = [f"var at{u} = info[4 + rank + {u} * (rank + 1)];" for u in range(nt)]
     if nt:
         walk += ["var rem = i;", "for (var d = rank - 1; d >= 0; d--) {",
@@ -339,7 +354,9 @@ def fused_source(block, leaf_dtypes, entry):
                  "    let c = rem - q * size;", "    rem = q;"]
         walk += [f"    at{u} += c * info[5 + rank + {u} * (rank + 1) + d];" for u in range(nt)]
         walk += ["}"]
-    src = render("fused.wgsl", OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings), NT=nt,
-                 LOADS="\n    ".join(walk + loads), FLAT_LOADS="\n    ".join(flat_loads),
-                 BODY="\n    ".join(body), STORES="\n    ".join(stores))
+    loads = [load(t, f"in{t}[at{t}]") for t in range(nt)] + scalars
+    flat_loads = [load(t, f"in{t}[info[{5 + 2 * t}] + i]") for t in range(nt)] + scalars
+    src = render("fused.wgsl", **fields, LOADS="\n    ".join(walk + loads),
+                 FLAT_LOADS="\n    ".join(flat_loads), BODY="\n    ".join(body),
+                 STORES="\n    ".join(stores))
     return src, entry, ("w",) * len(outputs) + ("r",) * nt

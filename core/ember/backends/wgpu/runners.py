@@ -137,7 +137,9 @@ def fused(be, block):
     leaves = block.leaves
     flat = all(x.shape == shape and (x.strides == outs[0].strides
                                      or is_dense(shape, x.strides)) for x in leaves)
-    entry = "flat" if flat else "main"
+    entry = "main"
+    if flat:
+        entry = "flat4" if n % 4 == 0 and all(x.offset % 4 == 0 for x in leaves) else "flat"
     dtypes = tuple(x.dtype for x in leaves)
     key = ("fused", block.key(), dtypes, entry)
     k = be.device.kernels.get(key)
@@ -159,7 +161,8 @@ def fused(be, block):
     else:
         words = view_words(shape, [(x.offset, broadcast_strides(x, shape)) for x in leaves])
     be.device.dispatch(k, tuple(o.storage.gpu for o in outs) + tuple(
-        x.storage.gpu for x in leaves), words + scalars, groups_1d(n), be.cache)
+        x.storage.gpu for x in leaves), words + scalars,
+        groups_1d(n // 4 if entry == "flat4" else n), be.cache)
     return outs
 
 
