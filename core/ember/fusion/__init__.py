@@ -196,14 +196,7 @@ class Fusion(Backend):
 
     # ---- queueing and realizing ------------------------------------------------------------
     def _queue(self, op, inputs, attrs, shape, dtype):
-        leaves, ops = {}, 1
-        for x in inputs:
-            if type(x) is Lazy:
-                if x.node is None:
-                    leaves[id(x)] = x
-                else:
-                    leaves.update(x.leaves)
-                    ops += x.ops
+        leaves, ops = _reach(inputs)
         pending = [x for x in inputs if type(x) is Lazy and x.node is not None]
         # too long, or too many buffers for one kernel (its leaves and one output): realize
         # the longest pending inputs first, each then read as one buffer
@@ -211,14 +204,7 @@ class Fusion(Backend):
             x = max(pending, key=lambda p: (len(p.leaves), p.ops))
             pending.remove(x)
             self.realize(x)
-            leaves, ops = {}, 1
-            for y in inputs:
-                if type(y) is Lazy:
-                    if y.node is None:
-                        leaves[id(y)] = y
-                    else:
-                        leaves.update(y.leaves)
-                        ops += y.ops
+            leaves, ops = _reach(inputs)
         node = OpRecord(op, tuple(inputs), attrs, shape, dtype)
         lazy = Lazy(shape, dtype, node=node, leaves=leaves, ops=ops)
         with self._lock:
@@ -302,6 +288,20 @@ class Fusion(Backend):
             n = x.node
             nodes.append(OpRecord(n.op, tuple(ins), n.attrs, n.shape, n.dtype))
         return Block(nodes, leaves, [index[id(x)] for x in outputs], root.shape), outputs
+
+
+def _reach(inputs):
+    """The realized Lazies (by id) a new op on `inputs` reads through its chain, and how many
+    ops the chain would then hold."""
+    leaves, ops = {}, 1
+    for x in inputs:
+        if type(x) is Lazy:
+            if x.node is None:
+                leaves[id(x)] = x
+            else:
+                leaves.update(x.leaves)
+                ops += x.ops
+    return leaves, ops
 
 
 def _chain(root):

@@ -126,6 +126,20 @@ def elementwise(be, op, inputs, attrs, shape, dtype):
     return out
 
 
+def _scalar_words(block):
+    """The `info` words of a fusion Block's Python scalars, in node order, each in the dtype
+    of its node's first tensor operand (as the generated kernel reads them)."""
+    words = []
+    for node in block.nodes:
+        typed = None
+        for i in node.inputs:
+            if type(i) is tuple:
+                typed = typed or (block.leaves[i[1]].dtype if i[0] == "leaf"
+                                  else block.nodes[i[1]].dtype)
+        words += [_bits(i, typed) for i in node.inputs if type(i) is not tuple]
+    return words
+
+
 def fused(be, block):
     """A fusion Block (ember.fusion) as one generated kernel: its leaves read through their
     strides (broadcast to the block's shape), each op in registers, block.outputs written."""
@@ -146,14 +160,7 @@ def fused(be, block):
     if k is None:
         k = compile_kernel(be.device, key, "fused",
                            lambda: fused_source(block, dtypes, entry))
-    scalars = []
-    for node in block.nodes:
-        typed = None
-        for i in node.inputs:
-            if type(i) is tuple:
-                typed = typed or (leaves[i[1]].dtype if i[0] == "leaf"
-                                  else block.nodes[i[1]].dtype)
-        scalars += [_bits(i, typed) for i in node.inputs if type(i) is not tuple]
+    scalars = _scalar_words(block)
     if flat:
         words = [n, 1, 1, 0, n]
         for x in leaves:
@@ -536,13 +543,7 @@ def fused_reduce(be, block, op, attrs, shape, dtype):
     words = [n, n_red, len(kshape), len(rshape), 0, chunks, chunk, *kshape, *rshape]
     for x, ks, rs in zip(leaves, kstr, rstr):
         words += [x.offset, *ks, *rs]
-    for node in block.nodes:
-        typed = None
-        for i in node.inputs:
-            if type(i) is tuple:
-                typed = typed or (leaves[i[1]].dtype if i[0] == "leaf"
-                                  else block.nodes[i[1]].dtype)
-        words += [_bits(i, typed) for i in node.inputs if type(i) is not tuple]
+    words += _scalar_words(block)
     groups = groups_1d(n, 1) if per_group else groups_1d(n)
     be.device.dispatch(k, (first.storage.gpu,) + tuple(x.storage.gpu for x in leaves), words,
                        groups, be.cache)
