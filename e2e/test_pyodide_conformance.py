@@ -48,8 +48,8 @@ def test_conformance_suite_passes_in_pyodide_as_in_cpython(site_dir, tmp_path, c
     # browser in e2e/; the Torch cases in tests/)
     cpython = subprocess.Popen(
         [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-k",
-         "not wgpu and not torch", "--junitxml", str(cpython_xml)], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+         "not wgpu and not torch", "--junitxml", str(cpython_xml)], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pyodide = subprocess.run(["node", str(ROOT / "e2e" / "pyodide_pytest.mjs"),
                               str(tmp_path / "config.json")], capture_output=True, text=True,
                              timeout=1800)
