@@ -1,0 +1,14 @@
+"""ember.onnx: run ONNX models (from PyTorch, TensorFlow, ...) as ember modules.
+
+    model = onnx.load("model.onnx", backend=B)   # an nn.Module; model(*inputs)
+    onnx.unsupported("model.onnx")               # what ember cannot run; [] = all fine
+
+ember reads the protobuf itself (proto.py), so this works in Pyodide without the onnx package.
+"""
+
+from .model import OnnxModule, Unsupported, UnsupportedError, load, unsupported
+from .ops import OPS
+from .proto import OnnxError
+
+__all__ = ["OPS", "OnnxError", "OnnxModule", "Unsupported", "UnsupportedError", "load",
+           "unsupported"]

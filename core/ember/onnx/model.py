@@ -1,0 +1,277 @@
+"""An ONNX graph as an nn.Module: initializers as Params under their ONNX names, nodes run in
+topological order through the op table (ops.py).
+
+Values are Tensors on the module's backend, or NumPy arrays for constants: Constant nodes,
+integer initializers, and whatever is computed from them alone (shape arithmetic such as
+Shape -> Gather -> Concat -> Reshape). Nodes whose inputs are all constants at load time are
+folded then; those that depend on an input's shape (dynamic batch dims) fold on the host at
+each call, since a Tensor's shape is known without running anything. Nodes no output needs are
+dropped. Float initializers are never folded: they are the trainable Params.
+"""
+
+from collections import namedtuple
+
+import numpy as np
+
+from ..backend import NdArray, default_backend
+from ..nn.module import Module, Param
+from ..tensor import Tensor
+from . import proto
+from .ops import OPS, ember_dtype
+from .proto import OnnxError
+
+Unsupported = namedtuple("Unsupported", "domain op_type opset reason")
+Node = namedtuple("Node", "fn domain op_type inputs outputs attrs opset")
+_HOST = NdArray()
+
+
+class UnsupportedError(OnnxError):
+    """A model using ops (or dtypes) ember cannot run; `.ops` lists every one of them."""
+
+    def __init__(self, ops):
+        self.ops = ops
+        listed = "; ".join(f"{u.op_type} ({u.domain or 'ai.onnx'}, opset {u.opset}): {u.reason}"
+                           for u in ops)
+        super().__init__(f"onnx: the model uses what ember cannot run (unsupported: "
+                         f"{', '.join(sorted({u.op_type for u in ops}))}): {listed}")
+
+
+def opsets(model):
+    out = {}
+    for o in model.get("opset_import", []):
+        out["" if o.get("domain", "") == "ai.onnx" else o.get("domain", "")] = o.get("version", 1)
+    return out
+
+
+def find_unsupported(model):
+    """Every op and dtype of `model` (a parsed ModelProto) ember cannot run, once each."""
+    versions = opsets(model)
+    graph = model.get("graph", {})
+    found = {}
+
+    def note(domain, op_type, reason):
+        found.setdefault((domain, op_type, reason),
+                         Unsupported(domain, op_type, versions.get(domain, 0), reason))
+
+    for what in ("input", "output"):
+        for v in graph.get(what, []):
+            name, code, _ = proto.value_info(v)
+            if code is not None and proto.DTYPES.get(code) not in _DTYPES:
+                note("", f"graph {what} {name!r}", f"dtype {proto.dtype_name(code)}")
+    for t in graph.get("initializer", []):
+        if proto.DTYPES.get(t.get("data_type")) not in _DTYPES:
+            note("", f"initializer {t.get('name', '')!r}",
+                 f"dtype {proto.dtype_name(t.get('data_type', 0))}")
+    if graph.get("sparse_initializer"):
+        note("", "sparse initializer", "sparse tensors")
+
+    def walk(g):
+        for n in g.get("node", []):
+            domain = n.get("domain", "")
+            domain = "" if domain == "ai.onnx" else domain
+            op_type = n.get("op_type", "")
+            if (domain, op_type) not in OPS:
+                note(domain, op_type, "no implementation")
+            for a in n.get("attribute", []):
+                for sub in ([a["g"]] if "g" in a else []) + a.get("graphs", []):
+                    walk(sub)
+                codes = [a["i"]] if a.get("name") in ("to", "dtype") and "i" in a else []
+                codes += [t.get("data_type", 0) for t in [a.get("t")] if t is not None]
+                for code in codes:
+                    if proto.DTYPES.get(code) not in _DTYPES:
+                        note(domain, op_type, f"dtype {proto.dtype_name(code)}")
+                if a.get("type") not in range(1, 11) or "sparse_tensor" in a:
+                    note(domain, op_type, "sparse or type attributes")
+    walk(graph)
+    return sorted(found.values(), key=lambda u: (u.domain, u.op_type, u.reason))
+
+
+_DTYPES = ("bool", "int32", "int64", "float32", "float64")
+
+
+class Context:
+    """What an op function sees: the backend, its domain's opset, its node's output count."""
+
+    def __init__(self, backend, cache):
+        self.backend, self.cache = backend, cache
+        self.opset, self.outputs = 0, 1
+
+    def t(self, v):
+        if isinstance(v, Tensor):
+            return v
+        kept = self.cache.get(id(v))
+        if kept is not None and kept[0] is v:
+            return kept[1]
+        return Tensor.from_data(np.asarray(v), self.backend)
+
+    def np(self, v):
+        return v.to_numpy() if isinstance(v, Tensor) else np.asarray(v)
+
+
+class OnnxModule(Module):
+    """A loaded ONNX model: call it with the graph's inputs (positional, in the graph's order, or
+    by name); returns the output, or a tuple of them."""
+
+    def __init__(self, model, backend=None, folder=None):
+        bad = find_unsupported(model)
+        if bad:
+            raise UnsupportedError(bad)
+        backend = default_backend() if backend is None else backend
+        graph = model.get("graph", {})
+        versions = opsets(model)
+        self._keys, consts = {}, {}
+        for t in graph.get("initializer", []):
+            name, array = t.get("name", ""), proto.tensor(t, folder)
+            trainable = array.dtype.kind == "f"
+            if not trainable:
+                consts[name] = array
+            # initializer names become attribute names (record and state_dict see them); one
+            # that is hidden ("_...") or taken by Module gets a prefix
+            key = name if name and not name.startswith("_") and not hasattr(
+                Module, name) and name not in ("training",) else f"onnx.{name}"
+            self._keys[name] = key
+            vars(self)[key] = Param(Tensor.from_data(array, backend), trainable=trainable)
+        given = set(self._keys)
+        self._inputs = [proto.value_info(v)[0] for v in graph.get("input", [])
+                        if proto.value_info(v)[0] not in given]
+        self._outputs = [proto.value_info(v)[0] for v in graph.get("output", [])]
+        self._nodes = _sorted(graph.get("node", []), set(self._inputs) | given, versions, folder)
+        self._nodes = _live(self._nodes, self._outputs)
+        self._consts, self._backend = consts, backend
+        self._nodes = self._fold(self._nodes)
+        self._cache = {id(v): (v, Tensor.from_data(v, backend)) for v in consts.values()}
+
+    def _fold(self, nodes):
+        """Run the nodes whose inputs are all constants now (on the host), keeping the rest."""
+        kept, ctx = [], Context(_HOST, {})
+        for node in nodes:
+            if all(i == "" or i in self._consts for i in node.inputs):
+                values = [self._consts.get(i) for i in node.inputs]
+                self._consts.update(zip(node.outputs, _run(ctx, node, values, host=True)))
+            else:
+                kept.append(node)
+        return kept
+
+    def forward(self, *args, **kwargs):
+        if len(args) > len(self._inputs):
+            raise OnnxError(f"onnx: the model takes {len(self._inputs)} inputs "
+                            f"({', '.join(self._inputs)}), got {len(args)}")
+        given = dict(zip(self._inputs, args), **kwargs)
+        missing = [n for n in self._inputs if n not in given]
+        if missing or set(given) - set(self._inputs):
+            raise OnnxError(f"onnx: the model's inputs are {self._inputs}; missing {missing}, "
+                            f"unknown {sorted(set(given) - set(self._inputs))}")
+        env = dict(self._consts)
+        for name, key in self._keys.items():
+            if name not in env:
+                env[name] = vars(self)[key]
+        for name, v in given.items():
+            if not isinstance(v, Tensor):
+                v = Tensor.from_data(np.asarray(v), self._backend)
+            env[name] = v if v.backend == self._backend else v.to(self._backend)
+        ctx, host = Context(self._backend, self._cache), Context(_HOST, {})
+        for node in self._nodes:
+            values = [None if i == "" else env[i] for i in node.inputs]
+            on_host = all(v is None or isinstance(v, np.ndarray) for v in values)
+            env.update(zip(node.outputs, _run(host if on_host else ctx, node, values, on_host)))
+        outs = [ctx.t(env[n]) for n in self._outputs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _run(ctx, node, values, host=False):
+    ctx.opset, ctx.outputs = node.opset, len(node.outputs)
+    try:
+        out = node.fn(ctx, node.attrs, *values)
+    except OnnxError:
+        raise
+    except Exception as e:
+        raise OnnxError(f"onnx: node {node.op_type} ({', '.join(node.inputs)} -> "
+                        f"{', '.join(node.outputs)}) failed: {type(e).__name__}: {e}") from e
+    out = out if isinstance(out, tuple) else (out,)
+    if host:
+        out = tuple(v.to_numpy() if isinstance(v, Tensor) else v for v in out)
+    return out
+
+
+def _sorted(raw, known, versions, folder):
+    """The nodes in an order where each runs after what it reads (Kahn's algorithm)."""
+    nodes = []
+    for n in raw:
+        domain = n.get("domain", "")
+        domain = "" if domain == "ai.onnx" else domain
+        attrs = {a.get("name", ""): proto.attribute(a, folder) for a in n.get("attribute", [])}
+        nodes.append(Node(OPS[(domain, n.get("op_type", ""))], domain, n.get("op_type", ""),
+                          tuple(n.get("input", [])), tuple(n.get("output", [])), attrs,
+                          versions.get(domain, 1)))
+    made = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
+    for n in nodes:
+        for x in n.inputs:
+            if x and x not in known and x not in made:
+                raise OnnxError(f"onnx: node {n.op_type} reads {x!r}, which no node, input or "
+                                "initializer gives")
+    order, state = [], [0] * len(nodes)  # 0 new, 1 on the path being followed, 2 placed
+    for start in range(len(nodes)):
+        stack = [start]
+        while stack:
+            i = stack[-1]
+            if state[i] == 2:
+                stack.pop()
+                continue
+            state[i] = 1
+            dep = next((made[x] for x in nodes[i].inputs
+                        if x and x not in known and state[made[x]] != 2), None)
+            if dep is None:
+                state[i] = 2
+                order.append(nodes[i])
+                stack.pop()
+            elif state[dep] == 1:
+                raise OnnxError(f"onnx: the graph has a cycle through node {nodes[i].op_type} "
+                                f"({', '.join(nodes[i].outputs)})")
+            else:
+                stack.append(dep)
+    return order
+
+
+def _live(nodes, outputs):
+    """The nodes some graph output depends on (dead-node removal), in order."""
+    need, kept = set(outputs), []
+    for node in reversed(nodes):
+        if any(o in need for o in node.outputs):
+            kept.append(node)
+            need.update(node.inputs)
+    return kept[::-1]
+
+
+def load(source, backend=None):
+    """An ONNX model (a path, or the file's bytes) as an nn.Module on `backend`."""
+    model, folder = read(source)
+    return OnnxModule(model, backend, folder)
+
+
+def unsupported(source):
+    """Every op (with domain and opset) and dtype of the model ember cannot run; [] = all fine."""
+    return find_unsupported(read(source)[0])
+
+
+def read(source):
+    """(the parsed ModelProto, the folder external data may come from, or None)."""
+    import os
+
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data, folder = bytes(source), None
+    else:
+        path = os.fspath(source)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise OnnxError(f"onnx: cannot read {path!r}: {e.strerror}") from None
+        folder = os.path.dirname(os.path.abspath(path))
+    model = proto.parse(memoryview(data))
+    if "graph" not in model:
+        raise OnnxError("onnx: the file holds no graph; is it an ONNX model?")
+    return model, folder
+
+
+__all__ = ["OnnxError", "OnnxModule", "Unsupported", "UnsupportedError", "ember_dtype", "load",
+           "read", "unsupported"]

@@ -1,0 +1,845 @@
+"""The ONNX op table: (domain, op_type) -> a function of ember Tensor ops. One entry per op.
+
+Each function is `fn(c, a, *inputs)`: c the run's context (backend, opset, value helpers), a the
+node's attributes (a dict), inputs the node's values: Tensors, NumPy arrays (constants: shape
+arithmetic that folds on the host) or None (an optional input left out). It returns one value
+or a tuple. Everything is a composition of ember's Tensor methods and primitives, so it runs on
+every backend and Autodiff differentiates it; where an opset changed an op's signature (inputs
+that used to be attributes), the function reads c.opset.
+"""
+
+import math
+
+import numpy as np
+
+from ..ops import OPS as PRIMS
+from ..tensor import Tensor, _apply
+from .proto import DTYPES, OnnxError, dtype_name
+
+OPS = {}
+_EMBER = ("bool", "int32", "int64", "float32", "float64")
+
+
+def op(*names):
+    def register(fn):
+        for name in names:
+            OPS[("", name)] = fn
+        return fn
+    return register
+
+
+def ember_dtype(code, what):
+    name = DTYPES.get(code)
+    if name not in _EMBER:
+        raise OnnxError(f"onnx: {what} needs dtype {dtype_name(code)}, which ember does not have "
+                        "(unsupported: dtype)")
+    return name
+
+
+def ints(v):
+    return [int(i) for i in np.asarray(v if not isinstance(v, Tensor) else v.to_numpy()).ravel()]
+
+
+def _axes(axes, ndim):
+    return sorted({a + ndim if a < 0 else a for a in axes})
+
+
+def _float(x):
+    return x if x.dtype in ("float32", "float64") else x.cast("float32")
+
+
+# ---- elementwise --------------------------------------------------------------------------
+def unary(name, fn):
+    OPS[("", name)] = lambda c, a, x: fn(c.t(x), a)
+
+
+for _name, _fn in {
+    "Abs": lambda x, a: x.abs(), "Neg": lambda x, a: -x, "Exp": lambda x, a: x.exp(),
+    "Log": lambda x, a: x.log(), "Sqrt": lambda x, a: x.sqrt(), "Erf": lambda x, a: x.erf(),
+    "Tanh": lambda x, a: x.tanh(), "Sin": lambda x, a: x.sin(), "Cos": lambda x, a: x.cos(),
+    "Relu": lambda x, a: x.relu(), "Sigmoid": lambda x, a: x.sigmoid(),
+    "Reciprocal": lambda x, a: 1 / x, "Tan": lambda x, a: x.sin() / x.cos(),
+    "Sinh": lambda x, a: (x.exp() - (-x).exp()) * 0.5,
+    "Cosh": lambda x, a: (x.exp() + (-x).exp()) * 0.5,
+    "Asinh": lambda x, a: (x + (x * x + 1).sqrt()).log(),
+    "Acosh": lambda x, a: (x + (x * x - 1).sqrt()).log(),
+    "Atanh": lambda x, a: ((1 + x) / (1 - x)).log() * 0.5,
+    "Sign": lambda x, a: x.sign(), "Not": lambda x, a: x.logical_not(),
+    "Softsign": lambda x, a: x / (x.abs() + 1),
+    "Softplus": lambda x, a: x.maximum(0) + ((-x.abs()).exp() + 1).log(),
+    "Elu": lambda x, a: x.mask_where(x < 0, (x.minimum(0).exp() - 1) * a.get("alpha", 1.0)),
+    "Selu": lambda x, a: x.mask_where(x <= 0, (x.minimum(0).exp() - 1) * a.get(
+        "alpha", 1.67326319217681884765625)) * a.get("gamma", 1.05070102214813232421875),
+    "Celu": lambda x, a: x.maximum(0) + ((x / a.get("alpha", 1.0)).minimum(0).exp() - 1) * a.get(
+        "alpha", 1.0),
+    "LeakyRelu": lambda x, a: x.mask_where(x < 0, x * a.get("alpha", 0.01)),
+    "ThresholdedRelu": lambda x, a: x.mask_where(x <= a.get("alpha", 1.0), 0),
+    "HardSigmoid": lambda x, a: (x * a.get("alpha", 0.2) + a.get("beta", 0.5)).clamp(0, 1),
+    "HardSwish": lambda x, a: x * (x * (1 / 6) + 0.5).clamp(0, 1),
+    "Mish": lambda x, a: x * (x.maximum(0) + ((-x.abs()).exp() + 1).log()).tanh(),
+    "Swish": lambda x, a: x * (x * a.get("alpha", 1.0)).sigmoid(),
+    "IsNaN": lambda x, a: x != x,
+    "Floor": lambda x, a: _floor(x), "Ceil": lambda x, a: -_floor(-x),
+    "Round": lambda x, a: _round(x),
+    "Gelu": lambda x, a: x.gelu() if a.get("approximate", "none") == "none" else (
+        x * ((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)).tanh() + x) * 0.5,
+    "Shrink": lambda x, a: (x + a.get("bias", 0.0)).mask_where(
+        x >= -a.get("lambd", 0.5), 0).mask_where(x > a.get("lambd", 0.5), x - a.get("bias", 0.0)),
+}.items():
+    unary(_name, _fn)
+
+
+def _floor(x):
+    if x.dtype not in ("float32", "float64"):
+        return x._alias()
+    # exact where |x| < 2^23 (2^52): larger floats (and inf, NaN) are whole numbers already
+    big = abs(x) < (2.0 ** 23 if x.dtype == "float32" else 2.0 ** 52)
+    t = x.mask_where(big.logical_not(), 0).cast("int64").cast(x.dtype)  # truncated
+    return x.mask_where(big, t - (t > x).cast(x.dtype))
+
+
+def _round(x):  # half to even, as ONNX
+    r = _floor(x + 0.5)
+    odd = (r - _floor(r * 0.5) * 2) == 1
+    return r.mask_where(((r - x) == 0.5).logical_and(odd), r - 1)
+
+
+@op("IsInf")
+def _isinf(c, a, x):
+    x = c.t(x)
+    pos = (x == math.inf) if a.get("detect_positive", 1) else x != x.abs() * 0 + x
+    neg = (x == -math.inf) if a.get("detect_negative", 1) else x != x.abs() * 0 + x
+    return pos.logical_or(neg)
+
+
+@op("Identity", "Dropout")
+def _identity(c, a, x, *rest):
+    if rest and len(rest) > 1 and rest[1] is not None and ints(rest[1])[0] and (
+            rest[0] is None or ints(np.asarray(c.np(rest[0])) * 1e6)[0]):
+        raise OnnxError("onnx: Dropout in training mode draws random numbers; ember runs it in "
+                        "inference mode only (unsupported: Dropout training)")
+    x = c.t(x) if not isinstance(x, np.ndarray) else x
+    if c.outputs > 1:  # Dropout's mask: all kept
+        return x, Tensor.full(x.shape, True, c.backend, "bool")
+    return x
+
+
+def _int_divide(a, b, trunc=True):
+    q = a.cast("float64") / b.cast("float64")
+    return q.cast(a.dtype) if trunc else _floor(q).cast(a.dtype)
+
+
+def binary(name, fn):
+    def run(c, a, x, y):
+        x, y = c.t(x), c.t(y)
+        if x.dtype != y.dtype and name not in ("Pow", "BitShift"):
+            raise OnnxError(f"onnx: {name} got {x.dtype} and {y.dtype}; ONNX needs one dtype")
+        return fn(x, y, a)
+    OPS[("", name)] = run
+
+
+for _name, _fn in {
+    "Add": lambda x, y, a: x + y, "Sub": lambda x, y, a: x - y, "Mul": lambda x, y, a: x * y,
+    "Div": lambda x, y, a: x / y if x.dtype[0] == "f" else _int_divide(x, y),
+    "Pow": lambda x, y, a: (_float(x) ** _float(y).cast(_float(x).dtype)).cast(x.dtype),
+    "Mod": lambda x, y, a: _mod(x, y, a.get("fmod", 0)),
+    "Equal": lambda x, y, a: x == y, "Less": lambda x, y, a: x < y,
+    "Greater": lambda x, y, a: x > y, "LessOrEqual": lambda x, y, a: x <= y,
+    "GreaterOrEqual": lambda x, y, a: x >= y, "And": lambda x, y, a: x.logical_and(y),
+    "Or": lambda x, y, a: x.logical_or(y), "Xor": lambda x, y, a: x != y,
+}.items():
+    binary(_name, _fn)
+
+
+def _mod(x, y, fmod):
+    if x.dtype[0] != "f":
+        return x - _int_divide(x, y, trunc=bool(fmod)) * y
+    q = x / y
+    q = q.mask_where(q < 0, -_floor(-q)).mask_where(q >= 0, _floor(q)) if fmod else _floor(q)
+    return x - q * y
+
+
+def variadic(name, fn):
+    def run(c, a, *xs):
+        out = c.t(xs[0])
+        for x in xs[1:]:
+            out = fn(out, c.t(x))
+        return out / len(xs) if name == "Mean" else out
+    OPS[("", name)] = run
+
+
+for _name, _fn in {"Sum": Tensor.add, "Mean": Tensor.add, "Max": Tensor.maximum,
+                   "Min": Tensor.minimum}.items():
+    variadic(_name, _fn)
+
+
+@op("Clip")
+def _clip(c, a, x, lo=None, hi=None):
+    x = c.t(x)
+    if c.opset < 11:
+        lo, hi = a.get("min", -math.inf), a.get("max", math.inf)
+    lo = None if lo is None else c.np(lo).item()
+    hi = None if hi is None else c.np(hi).item()
+    return x.clamp(lo, hi)
+
+
+@op("PRelu")
+def _prelu(c, a, x, slope):
+    x = c.t(x)
+    return x.mask_where(x < 0, x * c.t(slope))
+
+
+@op("Where")
+def _where(c, a, cond, x, y):
+    x, y, cond = c.t(x), c.t(y), c.t(cond)
+    return y.expand(np.broadcast_shapes(x.shape, y.shape, cond.shape)).mask_where(cond, x)
+
+
+@op("Cast")
+def _cast(c, a, x):
+    to = ember_dtype(a.get("to"), "Cast")
+    if isinstance(x, np.ndarray):
+        return x.astype(to)
+    return c.t(x).cast(to)
+
+
+@op("CastLike")
+def _cast_like(c, a, x, like):
+    to = like.dtype if isinstance(like, Tensor) else like.dtype.name
+    return x.astype(to) if isinstance(x, np.ndarray) else c.t(x).cast(to)
+
+
+# ---- linear algebra -------------------------------------------------------------------------
+@op("MatMul")
+def _matmul(c, a, x, y):
+    return c.t(x) @ c.t(y)
+
+
+@op("Gemm")
+def _gemm(c, a, x, y, z=None):
+    x, y = c.t(x), c.t(y)
+    x = x.transpose() if a.get("transA", 0) else x
+    y = y.transpose() if a.get("transB", 0) else y
+    out = x @ y
+    if a.get("alpha", 1.0) != 1.0:
+        out = out * a["alpha"]
+    if z is not None:
+        z = c.t(z)
+        out = out + (z * a["beta"] if a.get("beta", 1.0) != 1.0 else z)
+    return out
+
+
+# ---- shapes -------------------------------------------------------------------------------
+@op("Shape")
+def _shape(c, a, x):
+    shape = list(x.shape)
+    start, end = a.get("start", 0), a.get("end", len(shape))
+    return np.array(shape[slice(start, end)], np.int64)
+
+
+@op("Size")
+def _size(c, a, x):
+    return np.array(math.prod(x.shape), np.int64)
+
+
+def _host_or_tensor(x, np_fn, t_fn, c):
+    return np_fn(x) if isinstance(x, np.ndarray) else t_fn(c.t(x))
+
+
+@op("Reshape")
+def _reshape(c, a, x, shape=None):
+    shape = ints(shape) if c.opset >= 5 else list(a.get("shape", []))
+    if not a.get("allowzero", 0):
+        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    return _host_or_tensor(x, lambda v: v.reshape(shape), lambda t: t.reshape(shape), c)
+
+
+@op("Flatten")
+def _flatten(c, a, x):
+    axis = a.get("axis", 1)
+    axis += len(x.shape) if axis < 0 else 0
+    shape = (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+    return _host_or_tensor(x, lambda v: v.reshape(shape), lambda t: t.reshape(shape), c)
+
+
+@op("Transpose")
+def _transpose(c, a, x):
+    perm = a.get("perm", list(range(len(x.shape)))[::-1])
+    return _host_or_tensor(x, lambda v: v.transpose(perm), lambda t: t.permute(perm), c)
+
+
+@op("Squeeze")
+def _squeeze(c, a, x, axes=None):
+    axes = a.get("axes") if c.opset < 13 else (None if axes is None else ints(axes))
+    if axes is None:
+        shape = [s for s in x.shape if s != 1]
+    else:
+        drop = _axes(axes, len(x.shape))
+        if any(x.shape[d] != 1 for d in drop):
+            raise OnnxError(f"onnx: Squeeze of axes {axes} of shape {list(x.shape)}: not size 1")
+        shape = [s for i, s in enumerate(x.shape) if i not in drop]
+    return _host_or_tensor(x, lambda v: v.reshape(shape), lambda t: t.reshape(shape), c)
+
+
+@op("Unsqueeze")
+def _unsqueeze(c, a, x, axes=None):
+    axes = a.get("axes", []) if c.opset < 13 else ints(axes)
+    shape = list(x.shape)
+    for d in _axes(axes, len(shape) + len(axes)):
+        shape.insert(d, 1)
+    return _host_or_tensor(x, lambda v: v.reshape(shape), lambda t: t.reshape(shape), c)
+
+
+@op("Concat")
+def _concat(c, a, *xs):
+    axis = a.get("axis")
+    if all(isinstance(x, np.ndarray) for x in xs):
+        return np.concatenate(xs, axis)
+    xs = [c.t(x) for x in xs if math.prod(x.shape) or len(xs) == 1]
+    return Tensor.cat(xs, axis) if len(xs) > 1 else xs[0]._alias()
+
+
+@op("Split")
+def _split(c, a, x, split=None):
+    x = c.t(x)
+    axis = a.get("axis", 0) % x.ndim
+    sizes = a.get("split") if c.opset < 13 else (None if split is None else ints(split))
+    if sizes is None:
+        n = a.get("num_outputs", c.outputs)
+        step = -(-x.shape[axis] // n)
+        sizes = [min(step, x.shape[axis] - i * step) for i in range(n)]
+    outs, at = [], 0
+    for s in sizes:
+        outs.append(x[(slice(None),) * axis + (slice(at, at + s),)])
+        at += s
+    return tuple(outs)
+
+
+@op("Slice")
+def _slice(c, a, x, starts=None, ends=None, axes=None, steps=None):
+    if c.opset < 10:
+        starts, ends, axes = a["starts"], a["ends"], a.get("axes")
+    else:
+        starts, ends = ints(starts), ints(ends)
+        axes = None if axes is None else ints(axes)
+        steps = None if steps is None else ints(steps)
+    ndim = len(x.shape)
+    axes = list(range(len(starts))) if axes is None else [d % ndim for d in axes]
+    key = [slice(None)] * ndim
+    for i, d in enumerate(axes):
+        key[d] = slice(starts[i], ends[i], 1 if steps is None else steps[i])
+    key = tuple(key)
+    return _host_or_tensor(x, lambda v: v[key], lambda t: t[key], c)
+
+
+@op("Gather")
+def _gather(c, a, x, idx):
+    axis = a.get("axis", 0) % len(x.shape)
+    n = x.shape[axis]
+    if isinstance(idx, np.ndarray):
+        idx = np.where(idx < 0, idx + n, idx)
+        if isinstance(x, np.ndarray):
+            return np.take(x, idx, axis)
+    idx = c.t(idx)
+    idx = idx.mask_where(idx < 0, idx + n)
+    out = c.t(x).select(axis, idx.reshape(idx.numel()))
+    return out.reshape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])
+
+
+@op("GatherElements")
+def _gather_elements(c, a, x, idx):
+    x, idx = c.t(x), c.t(idx)
+    axis = a.get("axis", 0) % x.ndim
+    idx = idx.mask_where(idx < 0, idx + x.shape[axis])
+    x = x[tuple(slice(None) if d == axis else slice(0, s) for d, s in enumerate(idx.shape))]
+    return x.gather(axis, idx)
+
+
+@op("Expand")
+def _expand(c, a, x, shape):
+    x = c.t(x)
+    return x.expand(np.broadcast_shapes(x.shape, tuple(ints(shape))))
+
+
+@op("Tile")
+def _tile(c, a, x, repeats):
+    return c.t(x).repeat(ints(repeats))
+
+
+@op("Constant")
+def _constant(c, a):
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if key in a:
+            return np.asarray(a[key], np.float32 if "float" in key else np.int64 if "int" in key
+                              else None)
+    raise OnnxError(f"onnx: Constant with {sorted(a)} (unsupported: Constant {sorted(a)})")
+
+
+@op("ConstantOfShape")
+def _constant_of_shape(c, a, shape):
+    value = a.get("value", np.zeros(1, np.float32))
+    return Tensor.full(tuple(ints(shape)), value.ravel()[0].item(), c.backend, value.dtype.name)
+
+
+@op("Range")
+def _range(c, a, start, limit, delta):
+    start, limit, delta = (c.np(v) for v in (start, limit, delta))
+    n = max(int(math.ceil((limit - start) / delta)), 0)
+    return (start + np.arange(n) * delta).astype(start.dtype)
+
+
+@op("EyeLike")
+def _eye_like(c, a, x):
+    dtype = ember_dtype(a["dtype"], "EyeLike") if "dtype" in a else x.dtype
+    return np.eye(*x.shape, k=a.get("k", 0)).astype(dtype)
+
+
+@op("Trilu")
+def _trilu(c, a, x, k=None):
+    x = c.t(x)
+    k = 0 if k is None else ints(k)[0]
+    rows, cols = x.shape[-2:]
+    keep = (np.triu if a.get("upper", 1) else np.tril)(np.ones((rows, cols), bool), k)
+    return x.mask_where(c.t(~keep), 0)
+
+
+@op("OneHot")
+def _one_hot(c, a, idx, depth, values):
+    idx, depth, values = c.t(idx), int(c.np(depth).item()), c.t(values)
+    idx = idx.mask_where(idx < 0, idx + depth)
+    axis = a.get("axis", -1) % (idx.ndim + 1)
+    shape = [1] * (idx.ndim + 1)
+    shape[axis] = depth
+    hot = idx.unsqueeze(axis) == c.t(np.arange(depth, dtype=idx.dtype).reshape(shape))
+    return values[0].expand(hot.shape).mask_where(hot, values[1])
+
+
+@op("CumSum")
+def _cumsum(c, a, x, axis):
+    x, axis = c.t(x), ints(axis)[0]
+    n = x.shape[axis]
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    m = (i >= j) if a.get("reverse", 0) else (i <= j)
+    if a.get("exclusive", 0):
+        m &= i != j
+    out = x.swap_dims(axis, -1) @ c.t(m.astype(x.dtype))
+    return out.swap_dims(axis, -1)
+
+
+@op("DepthToSpace")
+def _depth_to_space(c, a, x):
+    x, b = c.t(x), a["blocksize"]
+    n, ch, h, w = x.shape
+    if a.get("mode", "DCR") == "DCR":
+        y = x.reshape(n, b, b, ch // (b * b), h, w).permute(0, 3, 4, 1, 5, 2)
+    else:
+        y = x.reshape(n, ch // (b * b), b, b, h, w).permute(0, 1, 4, 2, 5, 3)
+    return y.reshape(n, ch // (b * b), h * b, w * b)
+
+
+@op("SpaceToDepth")
+def _space_to_depth(c, a, x):
+    x, b = c.t(x), a["blocksize"]
+    n, ch, h, w = x.shape
+    y = x.reshape(n, ch, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    return y.reshape(n, ch * b * b, h // b, w // b)
+
+
+@op("Pad")
+def _pad(c, a, x, pads=None, value=None, axes=None):
+    x = c.t(x)
+    if c.opset < 11:
+        pads, value = a.get("pads", a.get("paddings")), a.get("value", 0.0)
+    else:
+        pads = ints(pads)
+        value = 0 if value is None or not math.prod(value.shape) else c.np(value).item()
+    axes = list(range(x.ndim)) if axes is None else _axes(ints(axes), x.ndim)
+    mode = a.get("mode", "constant")
+    for i, d in enumerate(axes):
+        x = _pad_dim(c, x, d, pads[i], pads[i + len(axes)], mode, value)
+    return x
+
+
+def _pad_dim(c, x, d, before, after, mode, value):
+    n = x.shape[d]
+    if mode == "constant":
+        x = x[(slice(None),) * d + (slice(max(-before, 0), n - max(-after, 0)),)]
+        before, after = max(before, 0), max(after, 0)
+        if not before and not after:
+            return x
+        shape = x.shape[:d] + (x.shape[d] + before + after,) + x.shape[d + 1:]
+        full = Tensor.full(shape, value, c.backend, x.dtype)
+        return full.slice_assign((slice(None),) * d + (slice(before, before + x.shape[d]),), x)
+    pos = np.arange(-before, n + after)
+    if mode == "edge":
+        pos = np.clip(pos, 0, n - 1)
+    elif mode == "wrap":
+        pos = pos % n
+    else:  # reflect
+        period = 2 * (n - 1) if n > 1 else 1
+        pos = np.abs(pos) % period
+        pos = np.where(pos >= n, period - pos, pos)
+    return x.select(d, pos.astype(np.int32))
+
+
+# ---- reductions ----------------------------------------------------------------------------
+_REDUCE = {
+    "ReduceSum": (lambda x, d: x.sum_dim(d), 0), "ReduceMean": (lambda x, d: x.mean_dim(d), None),
+    "ReduceMax": (lambda x, d: x.max_dim(d), -math.inf),
+    "ReduceMin": (lambda x, d: x.min_dim(d), math.inf),
+    "ReduceL1": (lambda x, d: x.abs().sum_dim(d), 0),
+    "ReduceL2": (lambda x, d: (x * x).sum_dim(d).cast(_float(x).dtype).sqrt(), 0),
+    "ReduceSumSquare": (lambda x, d: (x * x).sum_dim(d), 0),
+    "ReduceLogSum": (lambda x, d: x.sum_dim(d).cast(_float(x).dtype).log(), -math.inf),
+    "ReduceLogSumExp": (lambda x, d: _logsumexp(x, d), -math.inf),
+    "ReduceProd": (lambda x, d: _prod(x, d), 1),
+}
+
+
+def _logsumexp(x, dims):
+    m = x.max_dim(dims).detach()
+    m = m.mask_where((m == math.inf).logical_or(m == -math.inf), 0)
+    return (x - m).exp().sum_dim(dims).log() + m
+
+
+def _prod(x, dims):
+    out = x
+    for d in dims:  # one multiply per step along the dim: no product primitive
+        parts = [out[(slice(None),) * d + (slice(i, i + 1),)] for i in range(out.shape[d])]
+        out = parts[0]
+        for p in parts[1:]:
+            out = out * p
+    return out
+
+
+def reduce(name):
+    fn, empty = _REDUCE[name]
+
+    def run(c, a, x, axes=None):
+        x = c.t(x)
+        if c.opset < (13 if name == "ReduceSum" else 18):
+            axes = a.get("axes")
+        else:
+            axes = None if axes is None else ints(axes)
+        if not axes:
+            if a.get("noop_with_empty_axes", 0):
+                return x._alias()
+            axes = list(range(x.ndim))
+        dims = tuple(_axes(axes, x.ndim))
+        kept = tuple(1 if i in dims else s for i, s in enumerate(x.shape))
+        if any(x.shape[d] == 0 for d in dims):  # the reduction of nothing: its identity
+            out = Tensor.full(kept, empty if empty is not None else math.nan, c.backend,
+                              x.dtype if empty in (0, 1) or x.dtype[0] == "f" else "float32")
+        else:
+            out = fn(x, dims).cast(x.dtype) if dims else x._alias()
+        if not a.get("keepdims", 1):
+            out = out.reshape([s for i, s in enumerate(x.shape) if i not in dims])
+        return out
+    OPS[("", name)] = run
+
+
+for _name in _REDUCE:
+    reduce(_name)
+
+
+def arg(name):
+    def run(c, a, x):
+        x = c.t(x)
+        axis = a.get("axis", 0) % x.ndim
+        n = x.shape[axis]
+        if a.get("select_last_index", 0):
+            x = x.select(axis, np.arange(n - 1, -1, -1, dtype=np.int32))
+        out = (x.argmax(axis) if name == "ArgMax" else x.argmin(axis)).cast("int64")
+        if a.get("select_last_index", 0):
+            out = (n - 1) - out
+        return out if a.get("keepdims", 1) else out.squeeze(axis)
+    OPS[("", name)] = run
+
+
+arg("ArgMax")
+arg("ArgMin")
+
+
+def softmax(name, fn):
+    def run(c, a, x):
+        x = c.t(x)
+        if c.opset >= 13:
+            return fn(x, a.get("axis", -1) % max(x.ndim, 1))
+        axis = a.get("axis", 1) % max(x.ndim, 1)
+        flat = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+        return fn(flat, 1).reshape(x.shape)
+    OPS[("", name)] = run
+
+
+def _hardmax(x, axis):
+    hot = x.argmax(axis) == c_arange(x, axis)
+    return hot.cast(x.dtype)
+
+
+def c_arange(x, axis):
+    shape = [1] * x.ndim
+    shape[axis] = x.shape[axis]
+    return Tensor.from_data(np.arange(x.shape[axis], dtype=np.int32).reshape(shape), x.backend)
+
+
+softmax("Softmax", Tensor.softmax)
+softmax("LogSoftmax", Tensor.log_softmax)
+softmax("Hardmax", _hardmax)
+
+
+# ---- normalisation ------------------------------------------------------------------------
+def _channel(t, ndim):
+    return t.reshape((1, -1) + (1,) * (ndim - 2))
+
+
+@op("BatchNormalization")
+def _batch_norm(c, a, x, scale, bias, mean, var):
+    x, eps = c.t(x), a.get("epsilon", 1e-5)
+    scale, bias, mean, var = (_channel(c.t(v), x.ndim) for v in (scale, bias, mean, var))
+    if not a.get("training_mode", 0):
+        return (x - mean) / (var + eps).sqrt() * scale + bias
+    dims = (0,) + tuple(range(2, x.ndim))
+    bm = x.mean_dim(dims)
+    bv = ((x - bm) * (x - bm)).mean_dim(dims)
+    m = a.get("momentum", 0.9)
+    y = (x - bm) / (bv + eps).sqrt() * scale + bias
+    return y, (mean * m + bm * (1 - m)).reshape(-1), (var * m + bv * (1 - m)).reshape(-1)
+
+
+def _normalize(x, dims, eps):
+    mean = x.mean_dim(dims)
+    xc = x - mean
+    inv = ((xc * xc).mean_dim(dims) + eps).sqrt().recip()
+    return xc * inv, mean, inv
+
+
+@op("LayerNormalization")
+def _layer_norm(c, a, x, scale, bias=None):
+    x = c.t(x)
+    axis = a.get("axis", -1) % x.ndim
+    y, mean, inv = _normalize(_float(x), tuple(range(axis, x.ndim)), a.get("epsilon", 1e-5))
+    y = y.cast(x.dtype) * c.t(scale)
+    y = y if bias is None else y + c.t(bias)
+    return (y, mean, inv)[:c.outputs]
+
+
+@op("InstanceNormalization")
+def _instance_norm(c, a, x, scale, bias):
+    x = c.t(x)
+    y = _normalize(x, tuple(range(2, x.ndim)), a.get("epsilon", 1e-5))[0]
+    return y * _channel(c.t(scale), x.ndim) + _channel(c.t(bias), x.ndim)
+
+
+@op("GroupNormalization")
+def _group_norm(c, a, x, scale, bias):
+    x, g = c.t(x), a["num_groups"]
+    n, ch = x.shape[:2]
+    y = _normalize(x.reshape(n, g, -1), (2,), a.get("epsilon", 1e-5))[0].reshape(x.shape)
+    scale, bias = c.t(scale), c.t(bias)
+    if c.opset < 21:  # one scale and bias per group
+        scale = scale.unsqueeze(1).expand(g, ch // g).reshape(ch)
+        bias = bias.unsqueeze(1).expand(g, ch // g).reshape(ch)
+    return y * _channel(scale, x.ndim) + _channel(bias, x.ndim)
+
+
+@op("RMSNormalization")
+def _rms_norm(c, a, x, scale):
+    x = c.t(x)
+    axis = a.get("axis", -1) % x.ndim
+    xf = _float(x)
+    ms = (xf * xf).mean_dim(tuple(range(axis, x.ndim)))
+    return (xf / (ms + a.get("epsilon", 1e-5)).sqrt()).cast(x.dtype) * c.t(scale)
+
+
+@op("LpNormalization")
+def _lp_norm(c, a, x):
+    x = c.t(x)
+    axis = a.get("axis", -1)
+    norm = x.abs().sum_dim(axis) if a.get("p", 2) == 1 else (x * x).sum_dim(axis).sqrt()
+    return x / norm
+
+
+@op("MeanVarianceNormalization")
+def _mvn(c, a, x):
+    x = c.t(x)
+    return _normalize(x, tuple(_axes(a.get("axes", [0, 2, 3]), x.ndim)), 1e-9)[0]
+
+
+@op("LRN")
+def _lrn(c, a, x):
+    x, size = c.t(x), a["size"]
+    sq = _pad_dim(c, x * x, 1, (size - 1) // 2, size // 2, "constant", 0)
+    total = sq[:, 0:x.shape[1]]
+    for i in range(1, size):
+        total = total + sq[:, i:i + x.shape[1]]
+    return x / (total * (a.get("alpha", 1e-4) / size) + a.get("bias", 1.0)) ** a.get("beta", 0.75)
+
+
+# ---- convolution and pooling -----------------------------------------------------------------
+def _geometry(a, x_shape, kernel, transposed=False):
+    """strides, dilations and pads [(begin, end), ...] of a window op, auto_pad resolved."""
+    n = len(kernel)
+    strides, dil = a.get("strides", [1] * n), a.get("dilations", [1] * n)
+    pads = a.get("pads", [0] * 2 * n)
+    pads = [(pads[i], pads[i + n]) for i in range(n)]
+    auto = a.get("auto_pad", "NOTSET")
+    if auto == "VALID":
+        pads = [(0, 0)] * n
+    elif auto in ("SAME_UPPER", "SAME_LOWER") and not transposed:
+        pads = []
+        for size, k, s, d in zip(x_shape[2:], kernel, strides, dil):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small = total // 2
+            pads.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+    return list(strides), list(dil), pads
+
+
+@op("Conv")
+def _conv(c, a, x, w, b=None):
+    x, w = c.t(x), c.t(w)
+    kernel = list(w.shape[2:])
+    strides, dil, pads = _geometry(a, x.shape, kernel)
+    one_d = x.ndim == 3
+    if x.ndim not in (3, 4):
+        raise OnnxError(f"onnx: Conv over {x.ndim - 2} spatial dims (unsupported: Conv "
+                        f"{x.ndim - 2}-D); ember convolves 1-D and 2-D")
+    if one_d:
+        x, w = x.unsqueeze(2), w.unsqueeze(2)
+        strides, dil, pads = [1] + strides, [1] + dil, [(0, 0)] + pads
+    bias = () if b is None else (c.t(b),)
+    y = _apply(PRIMS["conv2d"], x, w, *bias, stride=tuple(strides), padding=tuple(pads),
+               dilation=tuple(dil), groups=a.get("group", 1))
+    return y.squeeze(2) if one_d else y
+
+
+@op("ConvTranspose")
+def _conv_transpose(c, a, x, w, b=None):
+    x, w = c.t(x), c.t(w)
+    if x.ndim not in (3, 4):
+        raise OnnxError(f"onnx: ConvTranspose over {x.ndim - 2} spatial dims (unsupported: "
+                        f"ConvTranspose {x.ndim - 2}-D)")
+    one_d = x.ndim == 3
+    if one_d:
+        x, w = x.unsqueeze(2), w.unsqueeze(2)
+    n = 2
+    kernel = list(w.shape[2:])
+    pre = (lambda v, fill: [fill] + list(v)) if one_d else (lambda v, fill: list(v))
+    strides = pre(a.get("strides", [1] * (n - one_d)), 1)
+    dil = pre(a.get("dilations", [1] * (n - one_d)), 1)
+    extra = pre(a.get("output_padding", [0] * (n - one_d)), 0)
+    p = a.get("pads", [0] * 2 * (n - one_d))
+    half = len(p) // 2
+    pads = pre([(p[i], p[i + half]) for i in range(half)], (0, 0))
+    shape = a.get("output_shape")
+    if shape is not None or a.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+        size = x.shape[2:]
+        shape = pre(shape[-(n - one_d):], 1) if shape is not None else [
+            i * s for i, s in zip(size, strides)]
+        pads = []
+        for i, k, s, d, e, o in zip(size, kernel, strides, dil, extra, shape):
+            total = s * (i - 1) + e + (k - 1) * d + 1 - o
+            half = total // 2
+            upper = a.get("auto_pad", "NOTSET") == "SAME_UPPER"
+            pads.append((half, total - half) if upper else (total - half, half))
+        extra = [0, 0]
+    padding = tuple((p0, p1 - e) for (p0, p1), e in zip(pads, extra))
+    y = _apply(PRIMS["conv_transpose2d"], x, w, stride=tuple(strides), padding=padding,
+               dilation=tuple(dil), groups=a.get("group", 1))
+    if b is not None:
+        y = y + _channel(c.t(b), 4)
+    return y.squeeze(2) if one_d else y
+
+
+def _pool_size(size, k, s, d, pads, ceil):
+    span = (k - 1) * d + 1
+    out = (size + pads[0] + pads[1] - span + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (out - 1) * s >= size + pads[0]:
+        out -= 1  # a last window that would start in the end padding
+    return out
+
+
+def _windows(c, x, a, fill, include=None):
+    """The pooling windows of x as a list of strided slices (one per kernel offset) over x padded
+    with `fill`, and (with `include` 0/1) how many real (or padded) elements each window has."""
+    kernel = a["kernel_shape"]
+    strides, dil, pads = _geometry(a, x.shape, kernel)
+    ceil = a.get("ceil_mode", 0)
+    outs = [_pool_size(n, k, s, d, p, ceil)
+            for n, k, s, d, p in zip(x.shape[2:], kernel, strides, dil, pads)]
+    ends = [(o - 1) * s + (k - 1) * d + 1 - n - p0
+            for o, s, k, d, n, (p0, _) in zip(outs, strides, kernel, dil, x.shape[2:], pads)]
+    mask = np.ones(x.shape[2:], x.dtype) if include is not None else None
+    for i, ((p0, p1), e) in enumerate(zip(pads, ends)):
+        x = _pad_dim(c, x, i + 2, p0, max(e, 0), "constant", fill)
+        if mask is not None:
+            mask = np.pad(mask, [(0, 0)] * i + [(p0, p1)], constant_values=include)
+            mask = np.pad(mask, [(0, 0)] * i + [(0, max(e - p1, 0))])[
+                (slice(None),) * i + (slice(0, mask.shape[i] + max(e - p1, 0) - max(p1 - e, 0)),)]
+    parts, counts = [], 0
+    for offset in np.ndindex(*kernel):
+        key = tuple(slice(o * d, o * d + (n - 1) * s + 1, s)
+                    for o, d, n, s in zip(offset, dil, outs, strides))
+        parts.append(x[(slice(None), slice(None)) + key])
+        if mask is not None:
+            counts = counts + mask[key]
+    return parts, counts
+
+
+@op("MaxPool")
+def _max_pool(c, a, x):
+    x = c.t(x)
+    kernel = a["kernel_shape"]
+    strides, dil, pads = _geometry(a, x.shape, kernel)
+    if x.ndim == 4 and a.get("storage_order", 0) == 0 and all(
+            p0 == p1 <= ((k - 1) * d + 1) // 2 for (p0, p1), k, d in zip(pads, kernel, dil)):
+        attrs = dict(kernel=tuple(kernel), stride=tuple(strides),
+                     padding=tuple(p for p, _ in pads), dilation=tuple(dil),
+                     ceil_mode=bool(a.get("ceil_mode", 0)))
+        y = _apply(PRIMS["max_pool2d"], x, **attrs)
+        if c.outputs < 2:
+            return y
+        idx = _apply(PRIMS["max_pool2d_indices"], x, **attrs).cast("int64")
+        n, ch, h, w = x.shape
+        offset = np.arange(n * ch, dtype=np.int64).reshape(n, ch, 1, 1) * (h * w)
+        return y, idx + c.t(offset)
+    if c.outputs > 1:
+        raise OnnxError("onnx: MaxPool's Indices output for this geometry (unsupported: MaxPool "
+                        "Indices)")
+    low = -math.inf if x.dtype[0] == "f" else int(np.iinfo(x.dtype).min)
+    parts, _ = _windows(c, x, a, low)
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.maximum(p)
+    return out
+
+
+@op("AveragePool")
+def _avg_pool(c, a, x):
+    x = c.t(x)
+    parts, counts = _windows(c, x, a, 0, a.get("count_include_pad", 0))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out / c.t(np.maximum(counts, 1).astype(x.dtype))
+
+
+@op("LpPool")
+def _lp_pool(c, a, x):
+    x, p = c.t(x), a.get("p", 2)
+    parts, _ = _windows(c, x, a, 0)
+    out = parts[0].abs() ** p
+    for q in parts[1:]:
+        out = out + q.abs() ** p
+    return out ** (1 / p)
+
+
+@op("GlobalAveragePool")
+def _global_avg_pool(c, a, x):
+    x = c.t(x)
+    return x.mean_dim(tuple(range(2, x.ndim)))
+
+
+@op("GlobalMaxPool")
+def _global_max_pool(c, a, x):
+    x = c.t(x)
+    return x.max_dim(tuple(range(2, x.ndim)))
