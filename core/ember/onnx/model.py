@@ -30,10 +30,11 @@ class UnsupportedError(OnnxError):
 
     def __init__(self, ops):
         self.ops = ops
+        what = sorted({u.op_type if u.reason == "no implementation" else u.reason for u in ops})
         listed = "; ".join(f"{u.op_type} ({u.domain or 'ai.onnx'}, opset {u.opset}): {u.reason}"
                            for u in ops)
         super().__init__(f"onnx: the model uses what ember cannot run (unsupported: "
-                         f"{', '.join(sorted({u.op_type for u in ops}))}): {listed}")
+                         f"{', '.join(what)}): {listed}")
 
 
 def opsets(model):

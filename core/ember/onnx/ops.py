@@ -107,9 +107,9 @@ def _round(x):  # half to even, as ONNX
 @op("IsInf")
 def _isinf(c, a, x):
     x = c.t(x)
-    pos = (x == math.inf) if a.get("detect_positive", 1) else x != x.abs() * 0 + x
-    neg = (x == -math.inf) if a.get("detect_negative", 1) else x != x.abs() * 0 + x
-    return pos.logical_or(neg)
+    none = Tensor.full(x.shape, False, c.backend, "bool")
+    pos = (x == math.inf) if a.get("detect_positive", 1) else none
+    return pos.logical_or((x == -math.inf) if a.get("detect_negative", 1) else none)
 
 
 @op("Identity", "Dropout")
@@ -156,7 +156,13 @@ def _mod(x, y, fmod):
         return x - _int_divide(x, y, trunc=bool(fmod)) * y
     q = x / y
     q = q.mask_where(q < 0, -_floor(-q)).mask_where(q >= 0, _floor(q)) if fmod else _floor(q)
-    return x - q * y
+    r = x - q * y
+    if fmod:
+        return r.mask_where(y.abs() == math.inf, x)
+    # x mod +-inf: x where the signs agree (or x is 0), else the divisor (NumPy's rule)
+    same = ((x >= 0).logical_and(y > 0)).logical_or((x <= 0).logical_and(y < 0))
+    finite = x.abs() < math.inf
+    return r.mask_where((y.abs() == math.inf).logical_and(finite), y.mask_where(same, x))
 
 
 def variadic(name, fn):
@@ -441,7 +447,8 @@ def _depth_to_space(c, a, x):
 def _space_to_depth(c, a, x):
     x, b = c.t(x), a["blocksize"]
     n, ch, h, w = x.shape
-    y = x.reshape(n, ch, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    y = x.reshape(n, ch, h // b, b, w // b, b).permute(
+        (0, 3, 5, 1, 2, 4) if a.get("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4))
     return y.reshape(n, ch * b * b, h // b, w // b)
 
 
@@ -496,6 +503,15 @@ _REDUCE = {
 }
 
 
+def _identity_of(value, dtype):
+    if value is None or dtype[0] == "f":
+        return math.nan if value is None else value
+    if dtype == "bool":
+        return value > 0 if value not in (0, 1) else bool(value)
+    info = np.iinfo(dtype)
+    return info.min if value == -math.inf else info.max if value == math.inf else value
+
+
 def _logsumexp(x, dims):
     m = x.max_dim(dims).detach()
     m = m.mask_where((m == math.inf).logical_or(m == -math.inf), 0)
@@ -528,8 +544,7 @@ def reduce(name):
         dims = tuple(_axes(axes, x.ndim))
         kept = tuple(1 if i in dims else s for i, s in enumerate(x.shape))
         if any(x.shape[d] == 0 for d in dims):  # the reduction of nothing: its identity
-            out = Tensor.full(kept, empty if empty is not None else math.nan, c.backend,
-                              x.dtype if empty in (0, 1) or x.dtype[0] == "f" else "float32")
+            out = Tensor.full(kept, _identity_of(empty, x.dtype), c.backend, x.dtype)
         else:
             out = fn(x, dims).cast(x.dtype) if dims else x._alias()
         if not a.get("keepdims", 1):
@@ -656,7 +671,7 @@ def _lp_norm(c, a, x):
     x = c.t(x)
     axis = a.get("axis", -1)
     norm = x.abs().sum_dim(axis) if a.get("p", 2) == 1 else (x * x).sum_dim(axis).sqrt()
-    return x / norm
+    return (x / norm).mask_where(norm == 0, 0)
 
 
 @op("MeanVarianceNormalization")
@@ -737,7 +752,7 @@ def _conv_transpose(c, a, x, w, b=None):
             i * s for i, s in zip(size, strides)]
         pads = []
         for i, k, s, d, e, o in zip(size, kernel, strides, dil, extra, shape):
-            total = s * (i - 1) + e + (k - 1) * d + 1 - o
+            total = s * (i - 1) + (k - 1) * d + 1 - o
             half = total // 2
             upper = a.get("auto_pad", "NOTSET") == "SAME_UPPER"
             pads.append((half, total - half) if upper else (total - half, half))
@@ -771,10 +786,12 @@ def _windows(c, x, a, fill, include=None):
     mask = np.ones(x.shape[2:], x.dtype) if include is not None else None
     for i, ((p0, p1), e) in enumerate(zip(pads, ends)):
         x = _pad_dim(c, x, i + 2, p0, max(e, 0), "constant", fill)
-        if mask is not None:
-            mask = np.pad(mask, [(0, 0)] * i + [(p0, p1)], constant_values=include)
-            mask = np.pad(mask, [(0, 0)] * i + [(0, max(e - p1, 0))])[
-                (slice(None),) * i + (slice(0, mask.shape[i] + max(e - p1, 0) - max(p1 - e, 0)),)]
+        if mask is not None:  # the window positions that count: real ones, and (include) pads
+            width = [(0, 0)] * mask.ndim
+            width[i] = (p0, min(p1, max(e, 0)))
+            mask = np.pad(mask, width, constant_values=include)
+            width[i] = (0, max(e - p1, 0))
+            mask = np.pad(mask, width)
     parts, counts = [], 0
     for offset in np.ndindex(*kernel):
         key = tuple(slice(o * d, o * d + (n - 1) * s + 1, s)

@@ -1,0 +1,115 @@
+"""The ONNX backend node tests (onnx.backend.test.case.node), run through ember.onnx.
+
+Each case is a one-node model (or its function body, "_expanded") with inputs and expected
+outputs, generated in memory by the onnx package (a test-only dependency). A case passes when
+every output has the expected dtype and shape and its values match within rtol 1e-3, atol 1e-5
+(NaN matching NaN); it is "unsupported: X" when ember refuses the model saying what it lacks.
+
+    python tests/onnx/node_cases.py      # the pass count by op family, and every skip reason
+"""
+
+import collections
+import re
+import sys
+import warnings
+
+import numpy as np
+
+from ember.backend import NdArray
+from ember import onnx as eonnx
+
+RTOL, ATOL = 1e-3, 1e-5
+
+
+def cases():
+    """The node test cases, by name (generating them takes ~10 s)."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found = collect_testcases(None)
+    return {c.name: c for c in found}
+
+
+def family(case, op_types):
+    """The op a case tests: the longest op name (snake_case) its name starts with."""
+    name = case.name[len("test_"):]
+    best = None
+    for op in op_types:
+        snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", op).lower()
+        if (name == snake or name.startswith(snake + "_")) and (
+                best is None or len(snake) > len(best[0])):
+            best = (snake, op)
+    return best[1] if best else name.split("_")[0]
+
+
+def run(case, backend=None):
+    """("pass" | "fail" | "unsupported", detail) for one case."""
+    data = case.model.SerializeToString()
+    try:
+        model = eonnx.load(data, backend=backend or NdArray())
+    except eonnx.OnnxError as e:
+        if "unsupported" in str(e):
+            return "unsupported", _reason(e)
+        return "fail", f"load: {e}"
+    for inputs, expected in case.data_sets:
+        if any(not isinstance(x, np.ndarray) for x in list(inputs) + list(expected)):
+            return "unsupported", "unsupported: sequence or optional values"
+        try:
+            with np.errstate(all="ignore"):
+                got = model(*inputs)
+        except eonnx.OnnxError as e:
+            if "unsupported" in str(e):
+                return "unsupported", _reason(e)
+            return "fail", f"run: {e}"
+        except Exception as e:  # a bug: reported as a failure with its type
+            return "fail", f"run: {type(e).__name__}: {e}"
+        got = got if isinstance(got, tuple) else (got,)
+        if len(got) != len(expected):
+            return "fail", f"{len(got)} outputs, expected {len(expected)}"
+        for i, (g, want) in enumerate(zip(got, expected)):
+            g = g.to_numpy()
+            if g.dtype != want.dtype or g.shape != want.shape:
+                return "fail", f"output {i}: {g.dtype}{list(g.shape)}, expected " \
+                               f"{want.dtype}{list(want.shape)}"
+            try:
+                np.testing.assert_allclose(g, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+            except AssertionError as e:
+                return "fail", f"output {i}: " + " ".join(str(e).split("\n")[3:5])
+    return "pass", ""
+
+
+def _reason(e):
+    found = re.findall(r"unsupported: ([^)]*)\)", str(e))
+    return "unsupported: " + (found[0] if found else str(e))
+
+
+def main():
+    all_cases = cases()
+    ops = {n.op_type for c in all_cases.values() for n in c.model.graph.node}
+    by_family = collections.defaultdict(collections.Counter)
+    reasons, failures = collections.Counter(), []
+    for name, case in sorted(all_cases.items()):
+        status, detail = run(case)
+        by_family[family(case, ops)][status] += 1
+        if status == "unsupported":
+            reasons[detail] += 1
+        elif status == "fail":
+            failures.append(f"{name}: {detail}"[:200])
+    total = collections.Counter()
+    for fam, counts in sorted(by_family.items()):
+        total.update(counts)
+        print(f"{fam:32s} {counts['pass']:4d} / {sum(counts.values()):4d}"
+              + (f"   ({counts['fail']} fail)" if counts["fail"] else ""))
+    print(f"\nPASS {total['pass']} / {sum(total.values())}   fail {total['fail']}   "
+          f"unsupported {total['unsupported']}   (ops in the table: {len(eonnx.OPS)})")
+    if "-v" in sys.argv:
+        print("\nunsupported:")
+        for r, n in reasons.most_common():
+            print(f"  {n:4d}  {r}")
+        print("\nfailures:")
+        print("\n".join("  " + f for f in failures))
+
+
+if __name__ == "__main__":
+    main()
