@@ -15,8 +15,8 @@ import warnings
 
 import numpy as np
 
-from ember.backend import NdArray
 from ember import onnx as eonnx
+from ember.backend import NdArray
 
 RTOL, ATOL = 1e-3, 1e-5
 

@@ -751,7 +751,7 @@ def _conv_transpose(c, a, x, w, b=None):
         shape = pre(shape[-(n - one_d):], 1) if shape is not None else [
             i * s for i, s in zip(size, strides)]
         pads = []
-        for i, k, s, d, e, o in zip(size, kernel, strides, dil, extra, shape):
+        for i, k, s, d, o in zip(size, kernel, strides, dil, shape):
             total = s * (i - 1) + (k - 1) * d + 1 - o
             half = total // 2
             upper = a.get("auto_pad", "NOTSET") == "SAME_UPPER"

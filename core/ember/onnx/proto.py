@@ -75,7 +75,7 @@ def dtype_name(code):
 
 def _varint(buf, at, end, what):
     value = shift = 0
-    for i in range(10):
+    for _ in range(10):
         if at >= end:
             raise OnnxError(f"onnx: truncated file: a varint of {what} runs past the end of its "
                             "message")

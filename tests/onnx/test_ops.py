@@ -1,0 +1,22 @@
+"""The ONNX backend node tests through ember.onnx's op table, one test per case.
+
+A case ember cannot run (an op it lacks, a dtype it does not have, sequence values) is skipped
+with ember's own reason ("unsupported: X"); `python tests/onnx/node_cases.py -v` prints the
+pass count by op family and every reason.
+"""
+
+import pytest
+
+pytest.importorskip("onnx")
+
+import node_cases  # noqa: E402  (no __init__.py here: a package would hide onnx)
+
+CASES = node_cases.cases()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_node_case(name):
+    status, detail = node_cases.run(CASES[name])
+    if status == "unsupported":
+        pytest.skip(detail)
+    assert status == "pass", detail
