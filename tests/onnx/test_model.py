@@ -5,7 +5,8 @@ training one, and `unsupported` listing all that a model lacks at once."""
 import numpy as np
 import pytest
 
-from ember import Tensor, onnx as eonnx, record
+from ember import Tensor, record
+from ember import onnx as eonnx
 from ember.backend import Autodiff, NdArray
 
 onnx = pytest.importorskip("onnx")

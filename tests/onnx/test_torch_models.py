@@ -1,0 +1,117 @@
+"""Real models: small PyTorch definitions with random weights, exported by torch.onnx, loaded
+by ember.onnx and compared with onnxruntime on the same inputs (within 1e-4)."""
+
+import io
+
+import numpy as np
+import pytest
+
+from ember import onnx as eonnx
+from ember.backend import NdArray
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+nn = torch.nn
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=2), nn.BatchNorm2d(16), nn.ReLU6(),
+            nn.AvgPool2d(2, ceil_mode=True), nn.Conv2d(16, 16, 1), nn.Sigmoid())
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2),
+                                  nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.head(self.features(x)).softmax(-1)
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 16),
+                                 nn.Tanh(), nn.Linear(16, 4))
+
+    def forward(self, x):
+        return self.net(x.flatten(1)).log_softmax(-1)
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(50, 32)
+        self.layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.out = nn.Linear(32, 3)
+
+    def forward(self, tokens, mask):
+        h = self.layer(self.embed(tokens), src_key_padding_mask=mask)
+        return self.out(h.mean(1)), h
+
+
+def _export(model, inputs, names, dynamic, **kw):
+    model.eval()
+    f = io.BytesIO()
+    torch.onnx.export(model, inputs, f, input_names=names, dynamo=False,
+                      dynamic_axes={n: {0: "batch"} for n in dynamic}, **kw)
+    return f.getvalue()
+
+
+def _compare(data, inputs, batch_sizes=(1,)):
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    model = eonnx.load(data, backend=NdArray())
+    assert eonnx.unsupported(data) == []
+    names = [i.name for i in session.get_inputs()]
+    for feed in inputs:
+        want = session.run(None, dict(zip(names, feed)))
+        got = model(*feed)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.to_numpy(), w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(autouse=True)
+def _torch_seed():
+    torch.manual_seed(0)
+
+
+def _randomize_batchnorm(model):
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.5, 0.5)
+
+
+def test_convnet_batchnorm_pooling():
+    model = ConvNet()
+    _randomize_batchnorm(model)
+    x = torch.randn(2, 3, 20, 20)
+    data = _export(model, (x,), ["x"], ["x"])
+    rng = np.random.default_rng(0)
+    _compare(data, [(rng.normal(size=(n, 3, 20, 20)).astype(np.float32),) for n in (1, 2, 5)])
+
+
+@pytest.mark.parametrize("opset", [11, 13, 17])
+def test_mlp_across_opsets(opset):
+    data = _export(Mlp(), (torch.randn(2, 3, 4),), ["x"], ["x"], opset_version=opset)
+    rng = np.random.default_rng(1)
+    _compare(data, [(rng.normal(size=(n, 3, 4)).astype(np.float32),) for n in (1, 4)])
+
+
+def test_transformer_encoder_layer_with_padding_mask():
+    model = Encoder()
+    tokens = torch.randint(0, 50, (2, 7))
+    mask = torch.zeros(2, 7, dtype=torch.bool)
+    mask[1, 5:] = True
+    data = _export(model, (tokens, mask), ["tokens", "mask"], ["tokens", "mask"], opset_version=17)
+    rng = np.random.default_rng(2)
+    feeds = []
+    for n in (2, 3):
+        m = np.zeros((n, 7), bool)
+        m[-1, 4:] = True
+        feeds.append((rng.integers(0, 50, (n, 7)).astype(np.int64), m))
+    _compare(data, feeds)
