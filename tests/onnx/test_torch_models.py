@@ -29,6 +29,59 @@ class ConvNet(nn.Module):
         return self.head(self.features(x)).softmax(-1)
 
 
+class Block(nn.Module):  # ResNet's basic block
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(self.bn1(self.conv1(x)).relu()))
+        return (y + (x if self.down is None else self.down(x))).relu()
+
+
+class ResNet(nn.Module):  # ResNet-18's layout, narrower and shorter
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8),
+                                  nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.blocks = nn.Sequential(Block(8, 8, 1), Block(8, 16, 2), Block(16, 32, 2))
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.blocks(
+            self.stem(x)), 1), 1))
+
+
+class Fire(nn.Module):  # SqueezeNet's
+    def __init__(self, cin, squeeze, expand):
+        super().__init__()
+        self.squeeze = nn.Conv2d(cin, squeeze, 1)
+        self.e1 = nn.Conv2d(squeeze, expand, 1)
+        self.e3 = nn.Conv2d(squeeze, expand, 3, padding=1)
+
+    def forward(self, x):
+        s = self.squeeze(x).relu()
+        return torch.cat([self.e1(s).relu(), self.e3(s).relu()], 1)
+
+
+class SqueezeNet(nn.Module):  # SqueezeNet 1.1's layout, narrower
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 2), nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True),
+            Fire(16, 4, 8), Fire(16, 4, 8), nn.MaxPool2d(3, 2, ceil_mode=True), Fire(16, 8, 16),
+            nn.Dropout(0.5), nn.Conv2d(32, 10, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+            nn.Flatten())
+
+    def forward(self, x):
+        return self.net(x)
+
+
 class Mlp(nn.Module):
     def __init__(self):
         super().__init__()
@@ -93,6 +146,15 @@ def test_convnet_batchnorm_pooling():
     data = _export(model, (x,), ["x"], ["x"])
     rng = np.random.default_rng(0)
     _compare(data, [(rng.normal(size=(n, 3, 20, 20)).astype(np.float32),) for n in (1, 2, 5)])
+
+
+@pytest.mark.parametrize("make", [ResNet, SqueezeNet])
+def test_resnet_and_squeezenet_layouts(make):
+    model = make()
+    _randomize_batchnorm(model)
+    data = _export(model, (torch.randn(1, 3, 64, 64),), ["x"], ["x"])
+    rng = np.random.default_rng(3)
+    _compare(data, [(rng.normal(size=(n, 3, 64, 64)).astype(np.float32),) for n in (1, 2)])
 
 
 @pytest.mark.parametrize("opset", [11, 13, 17])
