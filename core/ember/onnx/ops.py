@@ -860,3 +860,101 @@ def _global_avg_pool(c, a, x):
 def _global_max_pool(c, a, x):
     x = c.t(x)
     return x.max_dim(tuple(range(2, x.ndim)))
+
+
+# ---- attention and losses --------------------------------------------------------------------
+def _safe_softmax(x):
+    """Softmax over the last dim where a row of only -inf gives zeros, not NaN."""
+    m = x.max_dim(-1).detach()
+    m = m.mask_where(m == -math.inf, 0)
+    e = (x - m).exp()
+    s = e.sum_dim(-1)
+    return e / s.mask_where(s == 0, 1)
+
+
+def _heads(x, n):
+    """[B, L, n * h] -> [B, n, L, h]; 4-D inputs are already split."""
+    return x if x.ndim == 4 else x.reshape(x.shape[0], x.shape[1], n, -1).permute(0, 2, 1, 3)
+
+
+@op("Attention")
+def _attention(c, a, q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
+    if a.get("left_window_size", -1) >= 0 or a.get("right_window_size", -1) >= 0:
+        raise OnnxError("onnx: Attention with a sliding window (unsupported: Attention window)")
+    q3 = q.ndim == 3
+    q, k, v = (_heads(c.t(t), a.get(n)) for t, n in ((q, "q_num_heads"), (k, "kv_num_heads"),
+                                                     (v, "kv_num_heads")))
+    if past_k is not None:
+        k, v = Tensor.cat([c.t(past_k), k], 2), Tensor.cat([c.t(past_v), v], 2)
+    present_k, present_v = k, v
+    lq, lk = q.shape[2], k.shape[2]
+    bias = np.zeros((lq, lk), q.dtype)
+    if a.get("is_causal", 0):
+        offset = past_k.shape[2] if past_k is not None else 0
+        offset = offset if nonpad is None else (c.np(nonpad).reshape(-1, 1, 1, 1) - lq)
+        allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + offset
+        bias = np.where(allowed, 0, -np.inf).astype(q.dtype)
+    if nonpad is not None:
+        keep = np.arange(lk) < c.np(nonpad).reshape(-1, 1, 1, 1)
+        bias = bias + np.where(keep, 0, -np.inf).astype(q.dtype)
+    bias = c.t(bias)
+    if mask is not None:
+        mask = c.t(mask)
+        if mask.shape[-1] < lk:
+            mask = _pad_dim(c, mask, mask.ndim - 1, 0, lk - mask.shape[-1], "constant",
+                            False if mask.dtype == "bool" else -math.inf)
+        if mask.dtype == "bool":
+            mask = mask.logical_not().cast(q.dtype).mask_where(mask.logical_not(), -math.inf)
+        bias = bias + mask
+    if q.shape[1] != k.shape[1]:  # grouped-query attention: each kv head serves several
+        reps = q.shape[1] // k.shape[1]
+        k, v = (t.unsqueeze(2).expand(t.shape[0], t.shape[1], reps, *t.shape[2:]).reshape(
+            t.shape[0], -1, *t.shape[2:]) for t in (k, v))
+    scale = math.sqrt(a.get("scale", 1 / math.sqrt(q.shape[3])))
+    scores = (q * scale) @ (k * scale).swap_dims(-1, -2)
+    cap = a.get("softcap", 0.0)
+    if cap > 0:
+        scores = (scores / cap).tanh() * cap
+    mode, qk = a.get("qk_matmul_output_mode", 0), scores
+    scores = scores + bias
+    qk = scores if mode == 2 else qk
+    p = _safe_softmax(scores)
+    p = p.mask_where((bias.max_dim(-1) == -math.inf).expand(p.shape), 0)
+    qk = p if mode == 3 else qk
+    y = p @ v
+    if q3:
+        y = y.permute(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+    return (y, present_k, present_v, qk)[:c.outputs]
+
+
+def _nll(c, a, logp, target, weight=None):
+    target = c.t(target)
+    ignore = a.get("ignore_index")
+    keep = None if ignore is None else target != ignore
+    safe = target if keep is None else target.mask_where(keep.logical_not(), 0)
+    picked = -logp.gather(1, safe.unsqueeze(1)).squeeze(1)
+    w = None
+    if weight is not None:
+        w = c.t(weight).select(0, safe.reshape(safe.numel())).reshape(safe.shape)
+    if keep is not None:
+        kept = keep.cast(logp.dtype)
+        w = kept if w is None else w * kept
+    loss = picked if w is None else picked * w
+    reduction = a.get("reduction", "mean")
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / (w.sum() if w is not None else loss.numel())
+
+
+@op("NegativeLogLikelihoodLoss")
+def _nll_loss(c, a, x, target, weight=None):
+    return _nll(c, a, c.t(x), target, weight)
+
+
+@op("SoftmaxCrossEntropyLoss")
+def _softmax_ce(c, a, x, target, weight=None):
+    logp = c.t(x).log_softmax(1)
+    loss = _nll(c, a, logp, target, weight)
+    return (loss, logp)[:c.outputs]
