@@ -95,7 +95,7 @@ class Context:
 
     def __init__(self, backend, cache):
         self.backend, self.cache = backend, cache
-        self.opset, self.outputs = 0, 1
+        self.opset, self.outputs, self.op = 0, 1, ""
 
     def t(self, v):
         if isinstance(v, Tensor):
@@ -180,7 +180,7 @@ class OnnxModule(Module):
 
 
 def _run(ctx, node, values, host=False):
-    ctx.opset, ctx.outputs = node.opset, len(node.outputs)
+    ctx.opset, ctx.outputs, ctx.op = node.opset, len(node.outputs), node.op_type
     try:
         out = node.fn(ctx, node.attrs, *values)
     except OnnxError:

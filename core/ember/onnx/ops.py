@@ -958,3 +958,104 @@ def _softmax_ce(c, a, x, target, weight=None):
     logp = c.t(x).log_softmax(1)
     loss = _nll(c, a, logp, target, weight)
     return (loss, logp)[:c.outputs]
+
+
+# ---- resizing: per axis, a host-built [out, in] weight matrix (separable interpolation) -------
+def _coeffs(mode, ratio, scale, a):
+    if mode == "nearest":
+        if ratio == 1 or float(ratio).is_integer():
+            return np.array([0.0, 1.0])
+        near = a.get("nearest_mode", "round_prefer_floor")
+        up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+              "floor": False, "ceil": True}[near]
+        return np.array([float(not up), float(up)])
+    anti = a.get("antialias", 0) and scale < 1
+    s = min(scale, 1.0) if anti else 1.0
+    if mode == "linear":
+        start = int(np.floor(-1 / s) + 1) if anti else 0
+        taps = np.arange(start, 2 - start) - ratio
+        w = np.clip(1 - np.abs(taps * s), 0, 1)
+    else:  # cubic, with the coefficient A
+        A = a.get("cubic_coeff_a", -0.75)
+        start = int(np.floor(-2 / s) + 1) if anti else -1
+        t = np.abs((np.arange(start, 2 - start) - ratio) * s)
+        w = np.where(t <= 1, (A + 2) * t ** 3 - (A + 3) * t ** 2 + 1,
+                     np.where(t < 2, A * t ** 3 - 5 * A * t ** 2 + 8 * A * t - 4 * A, 0))
+    return w / w.sum() if anti else w
+
+
+def _resize_matrix(a, mode, size, out, scale, roi):
+    """[out, size] weights, and which outputs fall outside the input (tf_crop_and_resize)."""
+    y = np.arange(out, dtype=np.float64)
+    ctm = a.get("coordinate_transformation_mode", "half_pixel")
+    width = scale * size
+    if ctm == "align_corners":
+        x = np.zeros(out) if width == 1 else y * (size - 1) / (width - 1)
+    elif ctm == "asymmetric":
+        x = y / scale
+    elif ctm == "tf_crop_and_resize":
+        x = (np.full(out, (roi[1] - roi[0]) * (size - 1) / 2) if width == 1 else
+             y * (roi[1] - roi[0]) * (size - 1) / (width - 1)) + roi[0] * (size - 1)
+    elif ctm == "pytorch_half_pixel":
+        x = np.full(out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel_symmetric":
+        x = size / 2 * (1 - out / width) + (y + 0.5) / scale - 0.5
+    else:
+        x = (y + 0.5) / scale - 0.5
+    outside = (x < 0) | (x > size - 1) if ctm == "tf_crop_and_resize" else np.zeros(out, bool)
+    m = np.zeros((out, size))
+    for i, xi in enumerate(x):
+        base = np.floor(xi)
+        w = _coeffs(mode, 1.0 if xi == base else xi - base, scale, a)
+        n = len(w)
+        # the n nearest taps, the lower ones on a tie
+        first = int(base) - n // 2 + (xi != base) if n % 2 == 0 else \
+            int(base) - (n - 1) // 2 + (xi - base > 0.5)
+        taps = first + np.arange(n)
+        if a.get("exclude_outside", 0):
+            w = np.where((taps < 0) | (taps >= size), 0.0, w)
+            w = w / (w.sum() or 1.0)
+        np.add.at(m[i], np.clip(taps, 0, size - 1), w)
+    return m, outside
+
+
+@op("Resize", "Upsample")
+def _resize(c, a, x, roi=None, scales=None, sizes=None):
+    x = c.t(x)
+    mode = a.get("mode", "nearest")
+    if c.opset < 11 or c.op == "Upsample":  # (X, scales): asymmetric, nearest rounds down
+        a = dict(a, coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        scales = a["scales"] if "scales" in a else roi
+        roi = None
+    mode = {"bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
+    axes = list(range(x.ndim)) if "axes" not in a else [d % x.ndim for d in a["axes"]]
+    roi = None if roi is None or not math.prod(roi.shape) else c.np(roi).tolist()
+    if sizes is not None and math.prod(sizes.shape):
+        sizes = ints(sizes)
+        factors = [o / x.shape[d] for o, d in zip(sizes, axes)]
+        policy = a.get("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            s = min(factors) if policy == "not_larger" else max(factors)
+            factors, sizes = [s] * len(axes), [int(s * x.shape[d] + 0.5) for d in axes]
+    else:
+        factors = [float(v) for v in c.np(scales).ravel()]
+        factors = [factors[d] for d in axes] if len(factors) > len(axes) else factors
+        sizes = [int(f * x.shape[d]) for f, d in zip(factors, axes)]
+    dtype = x.dtype
+    y, outside = (x if dtype[0] == "f" else x.cast("float64")), None
+    for i, d in enumerate(axes):
+        r = None if roi is None else (roi[i], roi[i + len(axes)])
+        if len(roi or ()) == 2 * x.ndim and "axes" in a:
+            r = (roi[d], roi[d + x.ndim])
+        if factors[i] == 1 and sizes[i] == x.shape[d] and (r is None or tuple(r) == (0, 1)):
+            continue
+        m, out = _resize_matrix(a, mode, x.shape[d], sizes[i], factors[i], r)
+        y = (y.swap_dims(d, -1) @ c.t(m.T.astype(y.dtype))).swap_dims(d, -1)
+        if out.any():
+            shape = [1] * x.ndim
+            shape[d] = len(out)
+            out = c.t(out.reshape(shape))
+            outside = out if outside is None else outside.logical_or(out)
+    if outside is not None:
+        y = y.mask_where(outside, a.get("extrapolation_value", 0.0))
+    return y if dtype[0] == "f" else _round(y).cast(dtype)
