@@ -1059,3 +1059,137 @@ def _resize(c, a, x, roi=None, scales=None, sizes=None):
     if outside is not None:
         y = y.mask_where(outside, a.get("extrapolation_value", 0.0))
     return y if dtype[0] == "f" else _round(y).cast(dtype)
+
+
+# ---- scatter and gather by index tuples --------------------------------------------------------
+def _replace(data, dim, idx, updates, reduction):
+    """data with `updates` written at `idx` along `dim` (ember's scatter adds: a replace first
+    zeroes the places written to)."""
+    if reduction == "add":
+        return data.scatter(dim, idx, updates)
+    if reduction != "none":
+        raise OnnxError(f"onnx: scatter with reduction {reduction!r} (unsupported: Scatter "
+                        f"reduction {reduction})")
+    hit = data.new_zeros(data.shape).scatter(dim, idx, updates.ones_like()) > 0
+    return data.mask_where(hit, 0).scatter(dim, idx, updates)
+
+
+@op("ScatterElements", "Scatter")
+def _scatter_elements(c, a, data, idx, updates):
+    data, idx, updates = c.t(data), c.t(idx), c.t(updates)
+    axis = a.get("axis", 0) % data.ndim
+    idx = idx.mask_where(idx < 0, idx + data.shape[axis])
+    region = tuple(slice(None) if d == axis else slice(0, s) for d, s in enumerate(idx.shape))
+    part = _replace(data[region], axis, idx, updates, a.get("reduction", "none"))
+    return data.slice_assign(region, part) if part.shape != data.shape else part
+
+
+def _linear(c, data, idx, batch=0):
+    """Flat row numbers of the index tuples idx [..., k] into data's first batch + k dims."""
+    k = idx.shape[-1]
+    dims = data.shape[:batch + k]
+    idx = idx.mask_where(idx < 0, idx + c.t(np.array(dims[batch:], idx.dtype)))
+    strides = np.array([math.prod(dims[i + 1:]) for i in range(len(dims))], np.int64)
+    lin = (idx * c.t(strides[batch:].astype(idx.dtype))).sum_dim(-1).squeeze(-1)
+    if batch:
+        rows = np.indices(idx.shape[:batch]).reshape(batch, -1).T @ strides[:batch]
+        lin = lin + c.t(rows.reshape(idx.shape[:batch] + (1,) * (lin.ndim - batch)).astype(
+            lin.dtype))
+    return lin, data.reshape((math.prod(dims),) + data.shape[batch + k:])
+
+
+@op("GatherND")
+def _gather_nd(c, a, data, idx):
+    data, idx, b = c.t(data), c.t(idx), a.get("batch_dims", 0)
+    lin, flat = _linear(c, data, idx, b)
+    rows = flat.select(0, lin.reshape(lin.numel()))
+    return rows.reshape(idx.shape[:-1] + flat.shape[1:])
+
+
+@op("ScatterND")
+def _scatter_nd(c, a, data, idx, updates):
+    data, idx, updates = c.t(data), c.t(idx), c.t(updates)
+    lin, flat = _linear(c, data, idx)
+    n = lin.numel()
+    rows = lin.reshape((n,) + (1,) * (flat.ndim - 1)).expand((n,) + flat.shape[1:])
+    out = _replace(flat, 0, rows, updates.reshape(rows.shape), a.get("reduction", "none"))
+    return out.reshape(data.shape)
+
+
+@op("CumProd")
+def _cumprod(c, a, x, axis):
+    x, axis = c.t(x), ints(axis)[0] % c.t(x).ndim
+    parts = [x[(slice(None),) * axis + (slice(i, i + 1),)] for i in range(x.shape[axis])]
+    if a.get("reverse", 0):
+        parts = parts[::-1]
+    out, run = [], None
+    for p in parts:  # one multiply per step: ember has no product primitive
+        if a.get("exclusive", 0):
+            out.append(p.ones_like() if run is None else run)
+            run = p if run is None else run * p
+        else:
+            run = p if run is None else run * p
+            out.append(run)
+    return Tensor.cat(out[::-1] if a.get("reverse", 0) else out, axis)
+
+
+@op("TopK")
+def _topk(c, a, x, k=None):
+    x = c.t(x)
+    k = a["k"] if c.opset < 10 else ints(k)[0]
+    axis = a.get("axis", -1) % x.ndim
+    largest = a.get("largest", 1)
+    low = -math.inf if x.dtype[0] == "f" else int(np.iinfo(x.dtype).min)
+    y = x if largest else -x
+    values, indices = [], []
+    pos = c_arange(x, axis)
+    for _ in range(k):  # k rounds of argmax (ties: the lower index first, as ONNX)
+        i = y.argmax(axis)
+        values.append(x.gather(axis, i))
+        indices.append(i)
+        y = y.mask_where(pos == i, low)
+    if not k:
+        shape = x.shape[:axis] + (0,) + x.shape[axis + 1:]
+        return x.new_zeros(shape), Tensor.full(shape, 0, c.backend, "int64")
+    return Tensor.cat(values, axis), Tensor.cat(indices, axis).cast("int64")
+
+
+@op("Einsum")
+def _einsum(c, a, *xs):
+    """Each operand laid out over all the equation's letters (size 1 where it lacks one),
+    multiplied by broadcasting, then summed over the letters the output lacks."""
+    xs = [c.t(x) for x in xs]
+    spec = a["equation"].replace(" ", "")
+    ins, _, out = spec.partition("->")
+    ins = ins.split(",")
+    rank = max(x.ndim - len(s.replace("...", "")) for x, s in zip(xs, ins))
+    dots = "".join(chr(0x100 + i) for i in range(rank))  # the ellipsis' letters
+    ins = [s.replace("...", dots[rank - (x.ndim - len(s.replace("...", ""))):])
+           for x, s in zip(xs, ins)]
+    if not _:
+        out = dots + "".join(sorted(ch for ch in set("".join(ins)) if "".join(ins).count(ch) == 1
+                                    and ch not in dots))
+    out = out.replace("...", dots)
+    letters = out + "".join(sorted(set("".join(ins)) - set(out)))
+    total = None
+    for x, s in zip(xs, ins):
+        for ch in set(s):
+            while s.count(ch) > 1:  # a repeated letter: the diagonal
+                i, j = s.index(ch), s.index(ch, s.index(ch) + 1)
+                eye = np.eye(x.shape[i], dtype=x.dtype).reshape(
+                    [x.shape[i] if d in (i, j) else 1 for d in range(x.ndim)])
+                x = (x * c.t(eye)).sum_dim(j).squeeze(j)
+                s = s[:j] + s[j + 1:]
+        order = sorted(range(len(s)), key=lambda d: letters.index(s[d]))
+        x = x.permute(order)
+        shape, at = [], 0
+        for ch in letters:
+            if ch in s:
+                shape.append(x.shape[at])
+                at += 1
+            else:
+                shape.append(1)
+        x = x.reshape(shape)
+        total = x if total is None else total * x
+    extra = tuple(range(len(out), len(letters)))
+    return total.sum_dim(extra).reshape(total.shape[:len(out)]) if extra else total
