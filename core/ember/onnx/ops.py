@@ -1193,3 +1193,100 @@ def _einsum(c, a, *xs):
         total = x if total is None else total * x
     extra = tuple(range(len(out), len(letters)))
     return total.sum_dim(extra).reshape(total.shape[:len(out)]) if extra else total
+
+
+# ---- recurrent layers: the time loop unrolled into ember ops -----------------------------------
+def _activation(c, name, alpha, beta):
+    if name == "Affine":
+        return lambda x: x * alpha + beta
+    if name == "ScaledTanh":
+        return lambda x: (x * beta).tanh() * alpha
+    attrs = {} if alpha is None else {"alpha": alpha, **({} if beta is None else {"beta": beta})}
+    fn = OPS[("", name)]
+    return lambda x: fn(c, attrs, x)
+
+
+_GATES = {"RNN": (1, ["Tanh"]), "GRU": (3, ["Sigmoid", "Tanh"]),
+          "LSTM": (4, ["Sigmoid", "Tanh", "Tanh"])}
+
+
+def recurrent(kind):
+    gates, default = _GATES[kind]
+
+    def run(c, a, x, w, r, b=None, lens=None, h0=None, c0=None, peep=None):
+        x, w, r = c.t(x), c.t(w), c.t(r)
+        if a.get("layout", 0):
+            x = x.swap_dims(0, 1)
+        steps, batch = x.shape[:2]
+        dirs, size = w.shape[0], w.shape[1] // gates
+        names = a.get("activations", default * dirs)
+        alphas, betas = a.get("activation_alpha", []), a.get("activation_beta", [])
+        acts = [_activation(c, n.capitalize() if n.islower() else n,
+                            alphas[i] if i < len(alphas) else None,
+                            betas[i] if i < len(betas) else None) for i, n in enumerate(names)]
+        zeros = Tensor.full((dirs, batch, size), 0, c.backend, x.dtype)
+        h0 = zeros if h0 is None else c.t(h0)
+        c0 = zeros if c0 is None else c.t(c0)
+        if a.get("layout", 0):
+            h0, c0 = h0.swap_dims(0, 1), c0.swap_dims(0, 1)
+        lens = None if lens is None else c.np(lens)
+        outs, last_h, last_c = [], [], []
+        for d in range(dirs):
+            reverse = a.get("direction", "forward") == "reverse" or d == 1
+            f = acts[d * len(default):(d + 1) * len(default)]
+            wt, rt = w[d].transpose(), r[d].transpose()
+            bias = None if b is None else c.t(b)[d]
+            xs = x @ wt if bias is None else x @ wt + bias[:gates * size]
+            rb = None if bias is None else bias[gates * size:]
+            pk = None if peep is None else c.t(peep)[d]
+            h, cell, ys = h0[d], c0[d], [None] * steps
+            for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+                h_new, c_new = _cell(kind, a, f, xs[t], h, cell, rt, rb, pk, size)
+                if lens is not None:  # past its length, a sequence keeps its state
+                    live = c.t((t < lens).reshape(batch, 1))
+                    h_new = h.mask_where(live, h_new)
+                    c_new = cell.mask_where(live, c_new)
+                    ys[t] = h_new.mask_where(live.logical_not(), 0)
+                else:
+                    ys[t] = h_new
+                h, cell = h_new, c_new
+            outs.append(Tensor.stack(ys, 0))
+            last_h.append(h)
+            last_c.append(cell)
+        y, yh, yc = Tensor.stack(outs, 1), Tensor.stack(last_h, 0), Tensor.stack(last_c, 0)
+        if a.get("layout", 0):
+            y, yh, yc = y.permute(2, 0, 1, 3), yh.swap_dims(0, 1), yc.swap_dims(0, 1)
+        return (y, yh, yc)[:c.outputs]
+    OPS[("", kind)] = run
+
+
+def _cell(kind, a, f, xw, h, cell, rt, rb, peep, n):
+    clip = a.get("clip")
+
+    def gate(v):
+        return v if clip is None else v.clamp(-clip, clip)
+    hr = h @ rt if rb is None else h @ rt + rb
+    if kind == "RNN":
+        return f[0](gate(xw + hr)), cell
+    if kind == "GRU":
+        z = f[0](gate(xw[:, :n] + hr[:, :n]))
+        rg = f[0](gate(xw[:, n:2 * n] + hr[:, n:2 * n]))
+        if a.get("linear_before_reset", 0):
+            hh = f[1](gate(xw[:, 2 * n:] + rg * hr[:, 2 * n:]))
+        else:
+            rh = (rg * h) @ rt[:, 2 * n:]
+            hh = f[1](gate(xw[:, 2 * n:] + (rh if rb is None else rh + rb[2 * n:])))
+        return (1 - z) * hh + z * h, cell
+    v = xw + hr  # LSTM: gates i, o, f, c
+    pi, po, pf = (None, None, None) if peep is None else (peep[:n], peep[n:2 * n], peep[2 * n:])
+    i = f[0](gate(v[:, :n] if pi is None else v[:, :n] + pi * cell))
+    fg = f[0](gate(v[:, 2 * n:3 * n] if pf is None else v[:, 2 * n:3 * n] + pf * cell))
+    if a.get("input_forget", 0):
+        fg = 1 - i
+    cell = fg * cell + i * f[1](gate(v[:, 3 * n:]))
+    o = f[0](gate(v[:, n:2 * n] if po is None else v[:, n:2 * n] + po * cell))
+    return o * f[2](cell), cell
+
+
+for _name in _GATES:
+    recurrent(_name)
