@@ -1290,3 +1290,149 @@ def _cell(kind, a, f, xw, h, cell, rt, rb, peep, n):
 
 for _name in _GATES:
     recurrent(_name)
+
+
+# ---- more layers -------------------------------------------------------------------------------
+@op("RotaryEmbedding")
+def _rotary(c, a, x, cos, sin, pos=None):
+    x = c.t(x)
+    four = x.ndim == 4
+    y = x.permute(0, 2, 1, 3) if four else x.reshape(*x.shape[:2], a["num_heads"], -1)
+    dim = a.get("rotary_embedding_dim", 0) or y.shape[3]
+    cos, sin = c.t(cos), c.t(sin)
+    if pos is not None:
+        pos = c.t(pos)
+        cos, sin = (t.select(0, pos.reshape(pos.numel())).reshape(*pos.shape, -1)
+                    for t in (cos, sin))
+    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+    turn, keep = y[..., :dim], y[..., dim:]
+    if a.get("interleaved", 0):
+        x1, x2 = turn[..., 0::2], turn[..., 1::2]
+    else:
+        x1, x2 = turn[..., :dim // 2], turn[..., dim // 2:]
+    re, im = cos * x1 - sin * x2, sin * x1 + cos * x2
+    turn = Tensor.stack([re, im], -1).reshape(turn.shape) if a.get("interleaved", 0) else \
+        Tensor.cat([re, im], -1)
+    y = Tensor.cat([turn, keep], -1) if keep.shape[-1] else turn
+    return y.permute(0, 2, 1, 3) if four else y.reshape(x.shape)
+
+
+@op("SwiGLU")
+def _swiglu(c, a, x, y):
+    x = c.t(x)
+    return x * (x * a.get("alpha", 1.0)).sigmoid() * c.t(y)
+
+
+@op("CenterCropPad")
+def _center_crop_pad(c, a, x, shape):
+    x, shape = c.t(x), ints(shape)
+    axes = _axes(a.get("axes", list(range(x.ndim))), x.ndim)
+    for d, want in zip(axes, shape):
+        extra = want - x.shape[d]
+        before = extra // 2 if extra > 0 else -((-extra) // 2)
+        x = _pad_dim(c, x, d, before, extra - before, "constant", 0)
+    return x
+
+
+@op("Col2Im")
+def _col2im(c, a, x, image, block):
+    """The adjoint of im2col: a transposed convolution with a one-hot weight."""
+    if len(ints(image)) != 2:
+        raise OnnxError(f"onnx: Col2Im of {len(ints(image))}-D images (unsupported: Col2Im "
+                        f"{len(ints(image))}-D)")
+    x, (h, w), (kh, kw) = c.t(x), ints(image), ints(block)
+    n, ck, _ = x.shape
+    ch = ck // (kh * kw)
+    s, d = a.get("strides", [1, 1]), a.get("dilations", [1, 1])
+    p = a.get("pads", [0, 0, 0, 0])
+    oh = (h + p[0] + p[2] - d[0] * (kh - 1) - 1) // s[0] + 1
+    ow = (w + p[1] + p[3] - d[1] * (kw - 1) - 1) // s[1] + 1
+    eye = np.eye(ck, dtype=x.dtype).reshape(ck, ch, kh, kw)
+    rows = (oh - 1) * s[0] + d[0] * (kh - 1) + 1
+    cols = (ow - 1) * s[1] + d[1] * (kw - 1) + 1
+    y = _apply(PRIMS["conv_transpose2d"], x.reshape(n, ck, oh, ow), c.t(eye),
+               stride=tuple(s), padding=((p[0], rows - p[0] - h), (p[1], cols - p[1] - w)),
+               dilation=tuple(d), groups=1)
+    return y
+
+
+def window(name, fn):
+    def run(c, a, size):
+        n = int(c.np(size).item())
+        period = n if a.get("periodic", 1) else n - 1
+        t = 2 * np.pi * np.arange(n) / max(period, 1)
+        return fn(t).astype(ember_dtype(a.get("output_datatype", 1), name))
+    OPS[("", name)] = run
+
+
+window("HannWindow", lambda t: 0.5 - 0.5 * np.cos(t))
+window("HammingWindow", lambda t: 25 / 46 - 21 / 46 * np.cos(t))
+window("BlackmanWindow", lambda t: 0.42 - 0.5 * np.cos(t) + 0.08 * np.cos(2 * t))
+
+
+@op("ReverseSequence")
+def _reverse_sequence(c, a, x, lens):
+    x, lens = c.t(x), c.np(lens)
+    bt, tt = a.get("batch_axis", 1), a.get("time_axis", 0)
+    steps = np.arange(x.shape[tt])[:, None]
+    idx = np.where(steps < lens[None, :], lens[None, :] - 1 - steps, steps)  # [time, batch]
+    idx = idx if tt < bt else idx.T
+    shape = [1] * x.ndim
+    shape[tt], shape[bt] = x.shape[tt], x.shape[bt]
+    return x.gather(tt, c.t(idx.reshape(shape).astype(np.int64)).expand(x.shape))
+
+
+@op("MaxUnpool")
+def _max_unpool(c, a, x, idx, shape=None):
+    x, idx = c.t(x), c.t(idx)
+    k, s = a["kernel_shape"], a.get("strides", [1] * len(a["kernel_shape"]))
+    p = a.get("pads", [0] * 2 * len(k))
+    size = list(x.shape[:2]) + [(i - 1) * st + kk - p[j] - p[j + len(k)] for j, (i, st, kk)
+                                in enumerate(zip(x.shape[2:], s, k))]
+    flat = Tensor.full((math.prod(size),), 0, c.backend, x.dtype)
+    y = flat.scatter(0, idx.reshape(idx.numel()), x.reshape(x.numel())).reshape(size)
+    if shape is None:
+        return y
+    out = Tensor.full(tuple(ints(shape)), 0, c.backend, x.dtype)  # the indices' tensor in a
+    return out.slice_assign(tuple(slice(0, n) for n in size), y)  # corner of a larger one
+
+
+# ---- the training ops (ai.onnx.preview.training): one optimizer step as a formula --------------
+def training(name, fn, states):
+    def run(c, a, rate, count, *rest):
+        n = len(rest) // (2 + states)
+        groups = [rest[i * n:(i + 1) * n] for i in range(2 + states)]
+        rate, count = float(c.np(rate)), int(c.np(count))
+        outs = [fn(a, rate, count, *(c.t(v) for v in vals)) for vals in zip(*groups)]
+        return tuple(o[i] for i in range(1 + states) for o in outs)
+    OPS[("ai.onnx.preview.training", name)] = run
+
+
+def _adagrad(a, r, t, x, g, h):
+    r = r / (1 + t * a.get("decay_factor", 0.0))
+    g = g + x * a.get("norm_coefficient", 0.0)
+    h = h + g * g
+    return x - g * r / (h.sqrt() + a.get("epsilon", 0.0)), h
+
+
+def _momentum(a, r, t, x, g, v):
+    alpha, beta = a["alpha"], a["beta"] if t > 0 else 1.0
+    g = g + x * a["norm_coefficient"]
+    v = v * alpha + g * beta
+    step = g + v * alpha if a.get("mode") == "nesterov" else v
+    return x - step * r, v
+
+
+def _adam(a, r, t, x, g, v, h):
+    alpha, beta = a.get("alpha", 0.9), a.get("beta", 0.999)
+    g = g + x * a.get("norm_coefficient", 0.0)
+    v, h = v * alpha + g * (1 - alpha), h * beta + g * g * (1 - beta)
+    if t > 0:
+        r = r * math.sqrt(1 - beta ** t) / (1 - alpha ** t)
+    x = x - v / (h.sqrt() + a.get("epsilon", 1e-6)) * r
+    return x * (1 - a.get("norm_coefficient_post", 0.0)), v, h
+
+
+training("Adagrad", _adagrad, 1)
+training("Momentum", _momentum, 1)
+training("Adam", _adam, 2)
