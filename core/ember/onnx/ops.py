@@ -113,12 +113,12 @@ def _isinf(c, a, x):
 
 
 @op("Identity", "Dropout")
-def _identity(c, a, x, *rest):
-    if rest and len(rest) > 1 and rest[1] is not None and ints(rest[1])[0] and (
-            rest[0] is None or ints(np.asarray(c.np(rest[0])) * 1e6)[0]):
+def _identity(c, a, x, ratio=None, training=None):
+    if training is not None and c.np(training).item() and (
+            ratio is None or c.np(ratio).item() > 0):
         raise OnnxError("onnx: Dropout in training mode draws random numbers; ember runs it in "
                         "inference mode only (unsupported: Dropout training)")
-    x = c.t(x) if not isinstance(x, np.ndarray) else x
+    x = x if isinstance(x, np.ndarray) else c.t(x)._alias()
     if c.outputs > 1:  # Dropout's mask: all kept
         return x, Tensor.full(x.shape, True, c.backend, "bool")
     return x
