@@ -104,6 +104,19 @@ class Encoder(nn.Module):
         return self.out(h.mean(1)), h
 
 
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(6, 8, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(16, 5, batch_first=True)
+        self.out = nn.Linear(5, 2)
+
+    def forward(self, x):
+        h, _ = self.lstm(x)
+        h, last = self.gru(h)
+        return self.out(h[:, -1]), last
+
+
 def _export(model, inputs, names, dynamic, **kw):
     model.eval()
     f = io.BytesIO()
@@ -177,3 +190,9 @@ def test_transformer_encoder_layer_with_padding_mask():
         m[-1, 4:] = True
         feeds.append((rng.integers(0, 50, (n, 7)).astype(np.int64), m))
     _compare(data, feeds)
+
+
+def test_lstm_and_gru():
+    data = _export(Recurrent(), (torch.randn(2, 5, 6),), ["x"], ["x"], opset_version=14)
+    rng = np.random.default_rng(4)
+    _compare(data, [(rng.normal(size=(n, 5, 6)).astype(np.float32),) for n in (1, 3)])
