@@ -126,12 +126,7 @@ class OnnxModule(Module):
             trainable = array.dtype.kind == "f"
             if not trainable:
                 consts[name] = array
-            # initializer names become attribute names (record and state_dict see them); one
-            # that is hidden ("_...") or taken by Module gets a prefix
-            key = name if name and not name.startswith("_") and not hasattr(
-                Module, name) and name not in ("training",) else f"onnx.{name}"
-            self._keys[name] = key
-            vars(self)[key] = Param(Tensor.from_data(array, backend), trainable=trainable)
+            add_param(self, name, array, backend)
         given = set(self._keys)
         self._inputs = [proto.value_info(v)[0] for v in graph.get("input", [])
                         if proto.value_info(v)[0] not in given]
@@ -140,7 +135,7 @@ class OnnxModule(Module):
         self._nodes = _live(self._nodes, self._outputs)
         self._consts, self._backend = consts, backend
         self._nodes = self._fold(self._nodes)
-        self._cache = {id(v): (v, Tensor.from_data(v, backend)) for v in consts.values()}
+        self._cache = {}
 
     def _fold(self, nodes):
         """Run the nodes whose inputs are all constants now (on the host), keeping the rest."""
@@ -162,21 +157,41 @@ class OnnxModule(Module):
         if missing or set(given) - set(self._inputs):
             raise OnnxError(f"onnx: the model's inputs are {self._inputs}; missing {missing}, "
                             f"unknown {sorted(set(given) - set(self._inputs))}")
+        ctx = context(self)
         env = dict(self._consts)
-        for name, key in self._keys.items():
-            if name not in env:
-                env[name] = vars(self)[key]
-        for name, v in given.items():
-            if not isinstance(v, Tensor):
-                v = Tensor.from_data(np.asarray(v), self._backend)
-            env[name] = v if v.backend == self._backend else v.to(self._backend)
-        ctx, host = Context(self._backend, self._cache), Context(_HOST, {})
+        env.update((n, vars(self)[k]) for n, k in self._keys.items() if n not in env)
+        env.update((n, ctx.t(v if isinstance(v, Tensor) else np.asarray(v)).to(ctx.backend))
+                   for n, v in given.items())
         for node in self._nodes:
-            values = [None if i == "" else env[i] for i in node.inputs]
-            on_host = all(v is None or isinstance(v, np.ndarray) for v in values)
-            env.update(zip(node.outputs, _run(host if on_host else ctx, node, values, on_host)))
+            env.update(zip(node.outputs, step(ctx, node, [env.get(i) for i in node.inputs])))
         outs = [ctx.t(env[n]) for n in self._outputs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def add_param(module, name, array, backend):
+    """An initializer as a Param under its ONNX name (records and state_dict see it); a name
+    Module would hide ("_...") or that it uses itself gets the prefix "onnx."."""
+    key = name if name and not name.startswith("_") and not hasattr(Module, name) \
+        and name != "training" else f"onnx.{name}"
+    module._keys[name] = key
+    vars(module)[key] = Param(Tensor.from_data(array, backend), trainable=array.dtype.kind == "f")
+
+
+def context(module):
+    """The run's Context on the backend the module's Params are on now (after .to(), too);
+    its constants' tensors are made once per backend."""
+    backend = next((p.backend for _, p in module.named_params()), module._backend)
+    if module._cache.get("backend") != backend:
+        module._cache = {"backend": backend}
+        module._cache.update((id(v), (v, Tensor.from_data(v, backend)))
+                             for v in module._consts.values())
+    return Context(backend, module._cache)
+
+
+def step(ctx, node, values):
+    """Run one node: on the host (NumPy results) when every input is a constant."""
+    on_host = all(v is None or isinstance(v, np.ndarray) for v in values)
+    return _run(Context(_HOST, {}) if on_host else ctx, node, values, on_host)
 
 
 def _run(ctx, node, values, host=False):
