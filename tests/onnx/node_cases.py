@@ -5,7 +5,9 @@ outputs, generated in memory by the onnx package (a test-only dependency). A cas
 every output has the expected dtype and shape and its values match within rtol 1e-3, atol 1e-5
 (NaN matching NaN); it is "unsupported: X" when ember refuses the model saying what it lacks.
 
-    python tests/onnx/node_cases.py      # the pass count by op family, and every skip reason
+    python tests/onnx/node_cases.py [-v] [--autodiff | --wgpu]
+        the pass count by op family (-v: every skip reason and failure), on NdArray (or
+        Autodiff(NdArray()), or Wgpu: it holds no int64 or float64, which fail there)
 """
 
 import collections
@@ -16,7 +18,7 @@ import warnings
 import numpy as np
 
 from ember import onnx as eonnx
-from ember.backend import NdArray
+from ember.backend import Autodiff, NdArray
 
 RTOL, ATOL = 1e-3, 1e-5
 
@@ -99,11 +101,15 @@ def _reason(e):
 
 def main():
     all_cases = cases()
+    backend = Autodiff(NdArray()) if "--autodiff" in sys.argv else NdArray()
+    if "--wgpu" in sys.argv:
+        from ember.backend import Wgpu
+        backend = Wgpu()
     ops = {n.op_type for c in all_cases.values() for n in c.model.graph.node}
     by_family = collections.defaultdict(collections.Counter)
     reasons, failures = collections.Counter(), []
     for name, case in sorted(all_cases.items()):
-        status, detail = run(case)
+        status, detail = run(case, backend)
         by_family[family(case, ops)][status] += 1
         if status == "unsupported":
             reasons[detail] += 1
@@ -114,7 +120,7 @@ def main():
         total.update(counts)
         print(f"{fam:32s} {counts['pass']:4d} / {sum(counts.values()):4d}"
               + (f"   ({counts['fail']} fail)" if counts["fail"] else ""))
-    print(f"\nPASS {total['pass']} / {sum(total.values())}   fail {total['fail']}   "
+    print(f"\n{backend}: PASS {total['pass']} / {sum(total.values())}   fail {total['fail']}   "
           f"unsupported {total['unsupported']}   (ops in the table: {len(eonnx.OPS)})")
     if "-v" in sys.argv:
         print("\nunsupported:")

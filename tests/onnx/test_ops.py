@@ -9,6 +9,8 @@ import pytest
 
 pytest.importorskip("onnx")
 
+from ember.backend import Autodiff, NdArray  # noqa: E402
+
 import node_cases  # noqa: E402  (no __init__.py here: a package would hide onnx)
 
 CASES = node_cases.cases()
@@ -17,6 +19,16 @@ CASES = node_cases.cases()
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_node_case(name):
     status, detail = node_cases.run(CASES[name])
+    if status == "unsupported":
+        pytest.skip(detail)
+    assert status == "pass", detail
+
+
+@pytest.mark.parametrize("name", sorted(CASES)[::10])
+def test_node_case_under_autodiff(name):
+    """Every tenth case again on Autodiff(NdArray()): the table's compositions are the same
+    there (`python tests/onnx/node_cases.py --autodiff` runs them all: the same count)."""
+    status, detail = node_cases.run(CASES[name], backend=Autodiff(NdArray()))
     if status == "unsupported":
         pytest.skip(detail)
     assert status == "pass", detail

@@ -125,9 +125,9 @@ def _export(model, inputs, names, dynamic, **kw):
     return f.getvalue()
 
 
-def _compare(data, inputs, batch_sizes=(1,)):
+def _compare(data, inputs, backend=None):
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    model = eonnx.load(data, backend=NdArray())
+    model = eonnx.load(data, backend=backend or NdArray())
     assert eonnx.unsupported(data) == []
     names = [i.name for i in session.get_inputs()]
     for feed in inputs:
@@ -161,13 +161,23 @@ def test_convnet_batchnorm_pooling():
     _compare(data, [(rng.normal(size=(n, 3, 20, 20)).astype(np.float32),) for n in (1, 2, 5)])
 
 
+def _backend(name):
+    if name == "ndarray":
+        return NdArray()
+    pytest.importorskip("wgpu")
+    from ember.backend import Wgpu
+    return Wgpu()
+
+
+@pytest.mark.parametrize("backend", ["ndarray", "wgpu"])
 @pytest.mark.parametrize("make", [ResNet, SqueezeNet])
-def test_resnet_and_squeezenet_layouts(make):
+def test_resnet_and_squeezenet_layouts(make, backend):
     model = make()
     _randomize_batchnorm(model)
     data = _export(model, (torch.randn(1, 3, 64, 64),), ["x"], ["x"])
     rng = np.random.default_rng(3)
-    _compare(data, [(rng.normal(size=(n, 3, 64, 64)).astype(np.float32),) for n in (1, 2)])
+    _compare(data, [(rng.normal(size=(n, 3, 64, 64)).astype(np.float32),) for n in (1, 2)],
+             _backend(backend))
 
 
 @pytest.mark.parametrize("opset", [11, 13, 17])

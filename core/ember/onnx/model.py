@@ -57,7 +57,9 @@ def find_unsupported(model):
     for what in ("input", "output"):
         for v in graph.get(what, []):
             name, code, _ = proto.value_info(v)
-            if code is not None and proto.DTYPES.get(code) not in _DTYPES:
+            if set(v.get("type", {})) - {"tensor_type"}:
+                note("", f"graph {what} {name!r}", "sequence, map or optional values")
+            elif code is not None and proto.DTYPES.get(code) not in _DTYPES:
                 note("", f"graph {what} {name!r}", f"dtype {proto.dtype_name(code)}")
     for t in graph.get("initializer", []):
         if proto.DTYPES.get(t.get("data_type")) not in _DTYPES:
