@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from ember.backend import Autodiff, NdArray  # noqa: E402
-
 import node_cases  # noqa: E402  (no __init__.py here: a package would hide onnx)
+
+from ember.backend import Autodiff, NdArray  # noqa: E402
 
 CASES = node_cases.cases()
 
