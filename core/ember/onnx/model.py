@@ -21,7 +21,9 @@ from .ops import OPS, ember_dtype
 from .proto import OnnxError
 
 Unsupported = namedtuple("Unsupported", "domain op_type opset reason")
-Node = namedtuple("Node", "fn domain op_type inputs outputs attrs opset")
+# implicit: the outer names a node's subgraphs (If, Loop, Scan) read; it runs after them
+Node = namedtuple("Node", "fn domain op_type inputs outputs attrs opset implicit",
+                  defaults=((),))
 _HOST = NdArray()
 
 
@@ -98,6 +100,7 @@ class Context:
     def __init__(self, backend, cache):
         self.backend, self.cache = backend, cache
         self.opset, self.outputs, self.op = 0, 1, ""
+        self.env, self.versions, self.folder = {}, {}, None  # (for subgraphs)
 
     def t(self, v):
         if isinstance(v, Tensor):
@@ -109,6 +112,9 @@ class Context:
 
     def np(self, v):
         return v.to_numpy() if isinstance(v, Tensor) else np.asarray(v)
+
+    def subgraph(self, g, values):
+        return subgraph(self, g, values)
 
 
 class OnnxModule(Module):
@@ -136,6 +142,7 @@ class OnnxModule(Module):
         self._nodes = _sorted(graph.get("node", []), set(self._inputs) | given, versions, folder)
         self._nodes = _live(self._nodes, self._outputs)
         self._consts, self._backend = consts, backend
+        self._versions, self._folder = versions, folder
         self._nodes = self._fold(self._nodes)
         self._cache = {}
 
@@ -143,7 +150,7 @@ class OnnxModule(Module):
         """Run the nodes whose inputs are all constants now (on the host), keeping the rest."""
         kept, ctx = [], Context(_HOST, {})
         for node in nodes:
-            if all(i == "" or i in self._consts for i in node.inputs):
+            if not node.implicit and all(i == "" or i in self._consts for i in node.inputs):
                 values = [self._consts.get(i) for i in node.inputs]
                 self._consts.update(zip(node.outputs, _run(ctx, node, values, host=True)))
             else:
@@ -164,6 +171,7 @@ class OnnxModule(Module):
         env.update((n, vars(self)[k]) for n, k in self._keys.items() if n not in env)
         env.update((n, ctx.t(v if isinstance(v, Tensor) else np.asarray(v)).to(ctx.backend))
                    for n, v in given.items())
+        ctx.env, ctx.versions, ctx.folder = env, self._versions, self._folder
         for node in self._nodes:
             env.update(zip(node.outputs, step(ctx, node, [env.get(i) for i in node.inputs])))
         outs = [ctx.t(env[n]) for n in self._outputs]
@@ -192,7 +200,7 @@ def context(module):
 
 def step(ctx, node, values):
     """Run one node: on the host (NumPy results) when every input is a constant."""
-    on_host = all(v is None or isinstance(v, np.ndarray) for v in values)
+    on_host = not node.implicit and all(v is None or isinstance(v, np.ndarray) for v in values)
     return _run(Context(_HOST, {}) if on_host else ctx, node, values, on_host)
 
 
@@ -218,9 +226,10 @@ def _sorted(raw, known, versions, folder):
         domain = n.get("domain", "")
         domain = "" if domain == "ai.onnx" else domain
         attrs = {a.get("name", ""): proto.attribute(a, folder) for a in n.get("attribute", [])}
+        subgraphs = [a["g"] for a in n.get("attribute", []) if "g" in a]
         nodes.append(Node(OPS[(domain, n.get("op_type", ""))], domain, n.get("op_type", ""),
                           tuple(n.get("input", [])), tuple(n.get("output", [])), attrs,
-                          versions.get(domain, 1)))
+                          versions.get(domain, 1), tuple(set().union(*map(_free, subgraphs)))))
     made = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
     for n in nodes:
         for x in n.inputs:
@@ -236,8 +245,8 @@ def _sorted(raw, known, versions, folder):
                 stack.pop()
                 continue
             state[i] = 1
-            dep = next((made[x] for x in nodes[i].inputs
-                        if x and x not in known and state[made[x]] != 2), None)
+            dep = next((made[x] for x in nodes[i].inputs + nodes[i].implicit
+                        if x in made and x not in known and state[made[x]] != 2), None)
             if dep is None:
                 state[i] = 2
                 order.append(nodes[i])
@@ -256,8 +265,37 @@ def _live(nodes, outputs):
     for node in reversed(nodes):
         if any(o in need for o in node.outputs):
             kept.append(node)
-            need.update(node.inputs)
+            need.update(node.inputs + node.implicit)
     return kept[::-1]
+
+
+def _free(g):
+    """The names graph g reads from outside (its own nodes', and its subgraphs')."""
+    inner = {proto.value_info(v)[0] for v in g.get("input", [])}
+    inner |= {t.get("name", "") for t in g.get("initializer", [])}
+    read = set()
+    for n in g.get("node", []):
+        read |= set(n.get("input", []))
+        for a in n.get("attribute", []):
+            read |= set().union(*map(_free, [a["g"]] if "g" in a else []))
+        inner |= set(n.get("output", []))
+    return read - inner - {""}
+
+
+def subgraph(ctx, g, values):
+    """Run graph g (an attribute of If, Loop, Scan) with its inputs bound to `values`, the outer
+    scope's names visible, in ctx; its outputs as a list."""
+    env = dict(ctx.env)
+    env.update((t.get("name", ""), proto.tensor(t, ctx.folder)) for t in g.get("initializer", []))
+    env.update(zip([proto.value_info(v)[0] for v in g.get("input", [])], values))
+    outer = ctx.env
+    ctx.env = env
+    try:
+        for node in _sorted(g.get("node", []), set(env), ctx.versions, ctx.folder):
+            env.update(zip(node.outputs, step(ctx, node, [env.get(i) for i in node.inputs])))
+    finally:
+        ctx.env = outer
+    return [env[proto.value_info(v)[0]] for v in g.get("output", [])]
 
 
 def load(source, backend=None):

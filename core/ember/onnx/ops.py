@@ -389,7 +389,7 @@ def _constant_of_shape(c, a, shape):
 
 @op("Range")
 def _range(c, a, start, limit, delta):
-    start, limit, delta = (c.np(v) for v in (start, limit, delta))
+    start, limit, delta = (c.np(v).ravel()[0] for v in (start, limit, delta))
     n = max(int(math.ceil((limit - start) / delta)), 0)
     return (start + np.arange(n) * delta).astype(start.dtype)
 
@@ -1436,3 +1436,51 @@ def _adam(a, r, t, x, g, v, h):
 training("Adagrad", _adagrad, 1)
 training("Momentum", _momentum, 1)
 training("Adam", _adam, 2)
+
+
+# ---- control flow: subgraphs run by the context, with the outer scope visible -----------------
+@op("If")
+def _if(c, a, cond):
+    out = c.subgraph(a["then_branch"] if c.np(cond).item() else a["else_branch"], [])
+    return tuple(out)
+
+
+@op("Loop")
+def _loop(c, a, trips=None, cond=None, *state):
+    trips = math.inf if trips is None else int(c.np(trips).item())
+    go = True if cond is None else bool(c.np(cond).item())
+    state, scans, i = list(state), [], 0
+    while i < trips and go:
+        out = c.subgraph(a["body"], [np.array(i, np.int64), np.array(go)] + state)
+        go, state = bool(c.np(out[0]).item()), out[1:1 + len(state)]
+        scans.append(out[1 + len(state):])
+        i += 1
+    stacked = [Tensor.stack([c.t(v) for v in vals], 0) for vals in zip(*scans)]
+    return tuple(state + stacked)
+
+
+@op("Scan")
+def _scan(c, a, *values):
+    if c.opset < 9:
+        raise OnnxError("onnx: Scan before opset 9 (unsupported: Scan opset 8)")
+    m = a["num_scan_inputs"]
+    state, xs = list(values[:-m]), [c.t(v) for v in values[-m:]]
+    axes = [d % x.ndim for d, x in zip(a.get("scan_input_axes", [0] * m), xs)]
+    turn = a.get("scan_input_directions", [0] * m)
+    steps = xs[0].shape[axes[0]]
+    scans = []
+    for t in range(steps):
+        elems = [x[(slice(None),) * d + (steps - 1 - t if r else t,)]
+                 for x, d, r in zip(xs, axes, turn)]
+        out = c.subgraph(a["body"], state + elems)
+        state, ys = out[:len(state)], out[len(state):]
+        scans.append([c.t(y) for y in ys])
+    k = len(scans[0]) if scans else 0
+    out_axes = a.get("scan_output_axes", [0] * k)
+    back = a.get("scan_output_directions", [0] * k)
+    stacked = []
+    for j in range(k):
+        seq = [s[j] for s in scans]
+        seq = seq[::-1] if back[j] else seq
+        stacked.append(Tensor.stack(seq, out_axes[j] % (seq[0].ndim + 1)))
+    return tuple(state + stacked)
