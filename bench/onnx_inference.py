@@ -75,7 +75,12 @@ def inference(ctx):
         options.intra_op_num_threads = options.inter_op_num_threads = 1
         session = ort.InferenceSession(f.getvalue(), options, providers=["CPUExecutionProvider"])
         model = eonnx.load(f.getvalue(), backend=NdArray())
-        ours, theirs = (lambda: model(x).to_numpy()), (lambda: session.run(None, {"x": x})[0])
+        def ours(model=model):
+            return model(x).to_numpy()
+
+        def theirs(session=session):
+            return session.run(None, {"x": x})[0]
+
         np.testing.assert_allclose(ours(), theirs(), rtol=1e-3, atol=1e-4)
         yield ctx.time_row(f"{name} batch 1 224x224, NdArray vs onnxruntime (1 thread)",
                            *ctx.measure(ours, theirs))
