@@ -879,8 +879,6 @@ def _heads(x, n):
 
 @op("Attention")
 def _attention(c, a, q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
-    if a.get("left_window_size", -1) >= 0 or a.get("right_window_size", -1) >= 0:
-        raise OnnxError("onnx: Attention with a sliding window (unsupported: Attention window)")
     q3 = q.ndim == 3
     q, k, v = (_heads(c.t(t), a.get(n)) for t, n in ((q, "q_num_heads"), (k, "kv_num_heads"),
                                                      (v, "kv_num_heads")))
@@ -889,11 +887,17 @@ def _attention(c, a, q, k, v, mask=None, past_k=None, past_v=None, nonpad=None):
     present_k, present_v = k, v
     lq, lk = q.shape[2], k.shape[2]
     bias = np.zeros((lq, lk), q.dtype)
-    if a.get("is_causal", 0):
-        offset = past_k.shape[2] if past_k is not None else 0
-        offset = offset if nonpad is None else (c.np(nonpad).reshape(-1, 1, 1, 1) - lq)
-        allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + offset
-        bias = np.where(allowed, 0, -np.inf).astype(q.dtype)
+    # query i sits at position offset + i among the keys: after the cache, or the padding
+    offset = past_k.shape[2] if past_k is not None else 0
+    offset = offset if nonpad is None else (c.np(nonpad).reshape(-1, 1, 1, 1) - lq)
+    ahead = np.arange(lq)[:, None] + offset - np.arange(lk)[None, :]  # query minus key position
+    left, right = a.get("left_window_size", -1), a.get("right_window_size", -1)
+    allowed = (ahead >= 0) if a.get("is_causal", 0) else np.ones_like(ahead, bool)
+    if left >= 0:
+        allowed = allowed & (ahead <= left)
+    if right >= 0:
+        allowed = allowed & (-ahead <= right)
+    bias = np.where(allowed, 0, -np.inf).astype(q.dtype)
     if nonpad is not None:
         keep = np.arange(lk) < c.np(nonpad).reshape(-1, 1, 1, 1)
         bias = bias + np.where(keep, 0, -np.inf).astype(q.dtype)
