@@ -1488,3 +1488,88 @@ def _scan(c, a, *values):
         seq = seq[::-1] if back[j] else seq
         stacked.append(Tensor.stack(seq, out_axes[j] % (seq[0].ndim + 1)))
     return tuple(state + stacked)
+
+
+# ---- sampling grids ------------------------------------------------------------------------------
+@op("AffineGrid")
+def _affine_grid(c, a, theta, size):
+    theta, size = c.t(theta), ints(size)
+    spatial, align = size[2:], a.get("align_corners", 0)
+    axes = [np.linspace(-1, 1, n) if align else (2 * np.arange(n) + 1) / n - 1 for n in spatial]
+    mesh = list(np.meshgrid(*axes, indexing="ij"))[::-1]  # (x, y, z): x along the last dim
+    base = np.stack(mesh + [np.ones_like(mesh[0])], -1).reshape(-1, len(spatial) + 1)
+    grid = c.t(base.astype(theta.dtype)) @ theta.swap_dims(1, 2)
+    return grid.reshape(size[0], *spatial, len(spatial))
+
+
+def _reflect(v, lo, hi):
+    span = hi - lo
+
+    def fold(d, start, sign):  # d >= 0 past the border: reflect back and forth
+        n = _floor(d / span)
+        r = d - n * span
+        even = (n - _floor(n * 0.5) * 2) == 0
+        return (start + r * sign).mask_where(even.logical_not(), start + (span - r) * sign)
+    v = v.mask_where(v < lo, fold(lo - v, lo, 1))
+    return v.mask_where(v > hi, fold(v - hi, hi, -1))
+
+
+@op("GridSample")
+def _grid_sample(c, a, x, grid):
+    x, grid = c.t(x), c.t(grid)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(a.get("mode", "linear"),
+                                                           a.get("mode", "linear"))
+    pad, align = a.get("padding_mode", "zeros"), a.get("align_corners", 0)
+    n, ch, spatial = x.shape[0], x.shape[1], x.shape[2:]
+    r, out = len(spatial), grid.shape[1:-1]
+    taps = []  # per dim: [(index tensor, weight tensor or None, in-range mask or None)]
+    for k, size in enumerate(spatial):
+        g = grid[..., r - 1 - k]
+        v = (g + 1) * 0.5 * (size - 1) if align else ((g + 1) * size - 1) * 0.5
+        lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        if mode == "nearest":
+            v = _round(v)
+        if pad == "border":
+            v = v.mask_where((v < lo).logical_or(v > hi), v.clamp(0, size - 1))
+        elif pad == "reflection":
+            v = _reflect(v, lo, hi)
+        base = v if mode == "nearest" else _floor(v)
+        frac = v - base
+        if mode == "nearest":
+            offsets, weights = [0], [None]
+        elif mode == "linear":
+            offsets, weights = [0, 1], [1 - frac, frac]
+        else:  # cubic, A = -0.75, taps at -1, 0, 1, 2
+            t = [frac + 1, frac, 1 - frac, 2 - frac]
+            offsets = [-1, 0, 1, 2]
+            weights = [((-0.75 * u + 3.75) * u - 6) * u + 3 if i in (0, 3) else
+                       (1.25 * u - 2.25) * u * u + 1 for i, u in enumerate(t)]
+        dim = []
+        for o, w in zip(offsets, weights):
+            i = base + o
+            ok = None
+            if pad == "zeros":
+                ok = (i >= 0).logical_and(i <= size - 1)
+            elif pad == "border":
+                i = i.clamp(0, size - 1)
+            else:
+                i = _reflect(i, lo, hi).maximum(0)
+            dim.append((_floor(i.clamp(0, size - 1)).cast("int32"), w, ok))
+        taps.append(dim)
+    flat = x.reshape(n, ch, -1)
+    strides = [math.prod(spatial[k + 1:]) for k in range(r)]
+    total = None
+    for combo in np.ndindex(*[len(t) for t in taps]):
+        idx, weight = None, None
+        for k, j in enumerate(combo):
+            i, w, ok = taps[k][j]
+            idx = i * strides[k] if idx is None else idx + i * strides[k]
+            if ok is not None:
+                w = ok.cast(x.dtype) if w is None else w.mask_where(ok.logical_not(), 0)
+            weight = w if weight is None else (weight if w is None else weight * w)
+        idx = idx.reshape(n, 1, -1).expand(n, ch, math.prod(out))
+        part = flat.gather(2, idx)
+        if weight is not None:
+            part = part * weight.reshape(n, 1, -1)
+        total = part if total is None else total + part
+    return total.reshape(n, ch, *out)
