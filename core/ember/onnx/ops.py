@@ -1573,3 +1573,49 @@ def _grid_sample(c, a, x, grid):
             part = part * weight.reshape(n, 1, -1)
         total = part if total is None else total + part
     return total.reshape(n, ch, *out)
+
+
+# ---- recurrent-state layers of linear attention models -----------------------------------------
+@op("CausalConvWithState")
+def _causal_conv(c, a, x, w, b=None, past=None):
+    x, w = c.t(x), c.t(w)
+    n, ch, k = x.shape[0], x.shape[1], w.shape[2]
+    past = Tensor.full((n, ch, k - 1), 0, c.backend, x.dtype) if past is None else c.t(past)
+    padded = Tensor.cat([past, x], 2) if k > 1 else x
+    bias = () if b is None else (c.t(b),)
+    y = _apply(PRIMS["conv2d"], padded.unsqueeze(2), w.unsqueeze(2), *bias, stride=(1, 1),
+               padding=((0, 0), (0, 0)), dilation=(1, 1), groups=ch).squeeze(2)
+    if a.get("activation", "none") in ("silu", "swish"):
+        y = y * y.sigmoid()
+    return y, padded[:, :, padded.shape[2] - (k - 1):]
+
+
+@op("LinearAttention")
+def _linear_attention(c, a, q, k, v, past=None, decay=None, beta=None):
+    hq, hk = a["q_num_heads"], a["kv_num_heads"]
+    q, k, v = (_heads(c.t(t), h) for t, h in ((q, hq), (k, hk), (v, hk)))
+    b, _, steps, dk = k.shape
+    rule = a.get("update_rule", "gated_delta")
+    if decay is not None:
+        decay = c.t(decay)
+        decay = decay.reshape(b, steps, hk, 1).permute(0, 2, 1, 3) if decay.shape[-1] == hk \
+            else _heads(decay, hk)
+    if beta is not None:
+        beta = c.t(beta)
+        beta = beta.reshape(b, steps, beta.shape[-1], 1).permute(0, 2, 1, 3)
+    state = Tensor.full((b, hk, dk, v.shape[3]), 0, c.backend, q.dtype) if past is None \
+        else c.t(past)
+    scale = a.get("scale", 0.0) or 1 / math.sqrt(dk)
+    outs = []
+    for t in range(steps):  # the state update, one step at a time (the reference's order)
+        kt, vt = k[:, :, t], v[:, :, t]
+        if rule in ("gated", "gated_delta"):
+            state = state * decay[:, :, t].exp().unsqueeze(-1)
+        if rule in ("delta", "gated_delta"):
+            vt = beta[:, :, t] * (vt - (state * kt.unsqueeze(-1)).sum_dim(2).squeeze(2))
+        state = state + kt.unsqueeze(-1) * vt.unsqueeze(-2)
+        read = state if hq == hk else state.unsqueeze(2).expand(
+            b, hk, hq // hk, *state.shape[2:]).reshape(b, hq, *state.shape[2:])
+        outs.append((q[:, :, t].unsqueeze(-2) @ read).squeeze(-2) * scale)
+    y = Tensor.stack(outs, 2).permute(0, 2, 1, 3).reshape(b, steps, -1)
+    return y, state
