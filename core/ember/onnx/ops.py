@@ -1071,9 +1071,18 @@ def _replace(data, dim, idx, updates, reduction):
     zeroes the places written to)."""
     if reduction == "add":
         return data.scatter(dim, idx, updates)
-    if reduction != "none":
-        raise OnnxError(f"onnx: scatter with reduction {reduction!r} (unsupported: Scatter "
-                        f"reduction {reduction})")
+    if reduction in ("max", "min", "mul"):  # per position along dim: the updates aimed at it
+        low, high = (-math.inf, math.inf) if data.dtype[0] == "f" else (
+            int(np.iinfo(data.dtype).min), int(np.iinfo(data.dtype).max))
+        neutral = {"max": low, "min": high, "mul": 1}[reduction]
+        parts = []
+        for p in range(data.shape[dim]):
+            vals = updates.mask_where((idx == p).logical_not(), neutral)
+            parts.append(vals.max_dim(dim) if reduction == "max" else vals.min_dim(dim)
+                         if reduction == "min" else _prod(vals, (dim,)))
+        got = Tensor.cat(parts, dim) if len(parts) > 1 else parts[0]
+        return data.maximum(got) if reduction == "max" else data.minimum(got) \
+            if reduction == "min" else data * got
     hit = data.new_zeros(data.shape).scatter(dim, idx, updates.ones_like()) > 0
     return data.mask_where(hit, 0).scatter(dim, idx, updates)
 
@@ -1619,3 +1628,71 @@ def _linear_attention(c, a, q, k, v, past=None, decay=None, beta=None):
         outs.append((q[:, :, t].unsqueeze(-2) @ read).squeeze(-2) * scale)
     y = Tensor.stack(outs, 2).permute(0, 2, 1, 3).reshape(b, steps, -1)
     return y, state
+
+
+@op("TensorScatter")
+def _tensor_scatter(c, a, cache, update, where=None):
+    cache, update = c.t(cache), c.t(update)
+    axis = a.get("axis", -2) % cache.ndim
+    n, s = cache.shape[axis], update.shape[axis]
+    start = np.zeros(cache.shape[0], np.int64) if where is None else c.np(where)
+    pos = start.reshape((-1,) + (1,) * (cache.ndim - 1)) + np.arange(s).reshape(
+        [s if d == axis else 1 for d in range(cache.ndim)])
+    pos = pos % n if a.get("mode", "linear") == "circular" else pos
+    idx = c.t(np.broadcast_to(pos, update.shape).astype(np.int64))
+    return _replace(cache, axis, idx, update, "none")
+
+
+# ---- inverse trigonometry and the DFT, from atan and matrix products ----------------------------
+def _atan(x):
+    # |x| > 1: pi/2 - atan(1/|x|); then two half-angle steps put |t| below tan(pi/16) ~ 0.2,
+    # where the odd series to t^23 is exact to float64's precision
+    ax = x.abs()
+    big = ax > 1
+    t = ax.mask_where(big, 1 / ax.maximum(1e-300 if x.dtype == "float64" else 1e-30))
+    for _ in range(2):
+        t = t / ((t * t + 1).sqrt() + 1)
+    tt, total = t * t, t * 0
+    for k in range(23, 0, -2):
+        total = total * tt + (1 / k if k % 4 == 1 else -1 / k)
+    y = total * t * 4
+    y = y.mask_where(big, math.pi / 2 - y)
+    return y.mask_where(x < 0, -y).mask_where(x != x, x)
+
+
+unary("Atan", lambda x, a: _atan(x))
+unary("Asin", lambda x, a: _atan(x / (1 - x * x).sqrt()).mask_where(x.abs() > 1, math.nan))
+unary("Acos", lambda x, a: math.pi / 2 - _atan(x / (1 - x * x).sqrt()).mask_where(
+    x.abs() > 1, math.nan))
+
+
+@op("DFT")
+def _dft(c, a, x, length=None, axis=None):
+    x = c.t(x)
+    axis = (a.get("axis", 1) if c.opset < 20 else (-2 if axis is None else ints(axis)[0]))
+    axis %= x.ndim
+    n = x.shape[axis] if length is None or not math.prod(length.shape) else ints(length)[0]
+    inverse, half = a.get("inverse", 0), a.get("onesided", 0)
+    if inverse and half:  # a half spectrum back to n real values (Hermitian symmetry)
+        m = x.shape[axis]
+        n = 2 * (m - 1) if length is None or not math.prod(length.shape) else n
+        k, t = np.arange(m), np.arange(n)[:, None]
+        w = np.where((k == 0) | (2 * k == n), 1.0, 2.0) / n
+        cos = c.t((w * np.cos(2 * np.pi * k * t / n)).astype(x.dtype))
+        sin = c.t((w * np.sin(2 * np.pi * k * t / n)).astype(x.dtype))
+        along = (lambda v, mat: (v.swap_dims(axis, -1) @ mat.transpose()).swap_dims(axis, -1))
+        y = along(x[..., 0:1], cos)
+        return y - along(x[..., 1:2], sin) if x.shape[-1] == 2 else y
+    x = _pad_dim(c, x, axis, 0, n - x.shape[axis], "constant", 0) if n > x.shape[axis] else \
+        x[(slice(None),) * axis + (slice(0, n),)]
+    real, imag = x[..., 0:1], (x[..., 1:2] if x.shape[-1] == 2 else None)
+    m = n // 2 + 1 if half else n
+    angle = 2 * np.pi * np.outer(np.arange(m), np.arange(n)) / n * (1 if inverse else -1)
+    cos, sin = (c.t((f(angle) / (n if inverse else 1)).astype(x.dtype)) for f in (np.cos, np.sin))
+
+    def along(t, w):  # w [m, n] applied along axis
+        return (t.swap_dims(axis, -1) @ w.transpose()).swap_dims(axis, -1)
+    re, im = along(real, cos), along(real, sin)
+    if imag is not None:
+        re, im = re - along(imag, sin), im + along(imag, cos)
+    return Tensor.cat([re, im], -1)
