@@ -82,6 +82,51 @@ class SqueezeNet(nn.Module):  # SqueezeNet 1.1's layout, narrower
         return self.net(x)
 
 
+class MobileBlock(nn.Module):  # MobileNetV3's inverted residual with squeeze-excitation
+    def __init__(self, c, expand):
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(c, expand, 1, bias=False), nn.BatchNorm2d(expand),
+                                    nn.Hardswish())
+        self.depthwise = nn.Sequential(
+            nn.Conv2d(expand, expand, 5, padding=2, groups=expand, bias=False),
+            nn.BatchNorm2d(expand), nn.Hardswish())
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(expand, 8, 1), nn.ReLU(),
+                                nn.Conv2d(8, expand, 1), nn.Hardsigmoid())
+        self.project = nn.Sequential(nn.Conv2d(expand, c, 1, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        h = self.depthwise(self.expand(x))
+        return x + self.project(h * self.se(h))
+
+
+class MobileNet(nn.Module):  # MobileNetV3-small's building blocks
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16),
+                                  nn.Hardswish())
+        self.blocks = nn.Sequential(MobileBlock(16, 32), MobileBlock(16, 48))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 32),
+                                  nn.Hardswish(), nn.Dropout(0.2), nn.Linear(32, 10))
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)))
+
+
+class Decoder(nn.Module):  # a U-Net's way up: transposed convs, resizing, skip concats
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(3, 8, 3, 2, 1)
+        self.up = nn.ConvTranspose2d(8, 4, 3, 2, 1, output_padding=1)
+        self.mix = nn.Conv1d(7, 5, 3, padding=1)
+
+    def forward(self, x):
+        d = self.down(x).relu()
+        u = torch.cat([self.up(d), x], 1)
+        u = nn.functional.interpolate(u, scale_factor=2, mode="bilinear", align_corners=False)
+        u = u + nn.functional.interpolate(u, size=u.shape[-2:], mode="nearest")
+        return self.mix(u.flatten(2)).transpose(1, 2).softmax(-1)
+
+
 class Mlp(nn.Module):
     def __init__(self):
         super().__init__()
@@ -117,11 +162,28 @@ class Recurrent(nn.Module):
         return self.out(h[:, -1]), last
 
 
-def _export(model, inputs, names, dynamic, **kw):
+class CausalLm(nn.Module):  # a decoder-only block: causal attention, GELU (tanh), RMS-free
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(40, 16)
+        self.qkv = nn.Linear(16, 48)
+        self.norm = nn.LayerNorm(16)
+        self.ff = nn.Sequential(nn.Linear(16, 32), nn.GELU(approximate="tanh"), nn.Linear(32, 40))
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        b, t, _ = h.shape
+        q, k, v = self.qkv(h).view(b, t, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = self.norm(h + a.transpose(1, 2).reshape(b, t, 16))
+        return self.ff(h)
+
+
+def _export(model, inputs, names, dynamic, axes=(0,), **kw):
     model.eval()
     f = io.BytesIO()
     torch.onnx.export(model, inputs, f, input_names=names, dynamo=False,
-                      dynamic_axes={n: {0: "batch"} for n in dynamic}, **kw)
+                      dynamic_axes={n: {a: f"d{a}" for a in axes} for n in dynamic}, **kw)
     return f.getvalue()
 
 
@@ -180,6 +242,16 @@ def test_resnet_and_squeezenet_layouts(make, backend):
              _backend(backend))
 
 
+@pytest.mark.parametrize("opset", [11, 17])
+@pytest.mark.parametrize("make", [MobileNet, Decoder])
+def test_mobilenet_blocks_and_a_decoder(make, opset):
+    model = make()
+    _randomize_batchnorm(model)
+    data = _export(model, (torch.randn(2, 3, 16, 16),), ["x"], ["x"], opset_version=opset)
+    rng = np.random.default_rng(5)
+    _compare(data, [(rng.normal(size=(n, 3, 16, 16)).astype(np.float32),) for n in (1, 3)])
+
+
 @pytest.mark.parametrize("opset", [11, 13, 17])
 def test_mlp_across_opsets(opset):
     data = _export(Mlp(), (torch.randn(2, 3, 4),), ["x"], ["x"], opset_version=opset)
@@ -200,6 +272,14 @@ def test_transformer_encoder_layer_with_padding_mask():
         m[-1, 4:] = True
         feeds.append((rng.integers(0, 50, (n, 7)).astype(np.int64), m))
     _compare(data, feeds)
+
+
+@pytest.mark.parametrize("opset", [14, 18, 20])
+def test_causal_lm_with_dynamic_batch_and_length(opset):
+    data = _export(CausalLm(), (torch.randint(0, 40, (2, 6)),), ["tokens"], ["tokens"],
+                   axes=(0, 1), opset_version=opset)
+    rng = np.random.default_rng(6)
+    _compare(data, [(rng.integers(0, 40, (n, t)).astype(np.int64),) for n, t in ((1, 3), (2, 9))])
 
 
 def test_lstm_and_gru():
