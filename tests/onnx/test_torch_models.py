@@ -242,7 +242,7 @@ def test_resnet_and_squeezenet_layouts(make, backend):
              _backend(backend))
 
 
-@pytest.mark.parametrize("opset", [11, 17])
+@pytest.mark.parametrize("opset", [9, 10, 11, 17])  # 9: Upsample, 10: Resize's first form
 @pytest.mark.parametrize("make", [MobileNet, Decoder])
 def test_mobilenet_blocks_and_a_decoder(make, opset):
     model = make()
@@ -252,7 +252,7 @@ def test_mobilenet_blocks_and_a_decoder(make, opset):
     _compare(data, [(rng.normal(size=(n, 3, 16, 16)).astype(np.float32),) for n in (1, 3)])
 
 
-@pytest.mark.parametrize("opset", [11, 13, 17])
+@pytest.mark.parametrize("opset", [9, 11, 13, 17])
 def test_mlp_across_opsets(opset):
     data = _export(Mlp(), (torch.randn(2, 3, 4),), ["x"], ["x"], opset_version=opset)
     rng = np.random.default_rng(1)
