@@ -113,6 +113,10 @@ def test_several_inputs_and_outputs_by_position_or_name():
         model(a)
     with pytest.raises(eonnx.OnnxError, match="takes 2 inputs"):
         model(a, b, a)
+    s, _ = model([1, 2], np.array([3, 5], np.float64))  # data: made the declared float32
+    assert s.dtype == "float32" and s.tolist() == [4, 7]
+    with pytest.raises(eonnx.OnnxError, match=r"declared float32, got a int32 tensor; cast"):
+        model(Tensor.from_data([1, 2]), b)
 
 
 def test_nodes_out_of_order_and_cycles():

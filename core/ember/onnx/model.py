@@ -139,6 +139,8 @@ class OnnxModule(Module):
         self._inputs = [proto.value_info(v)[0] for v in graph.get("input", [])
                         if proto.value_info(v)[0] not in given]
         self._outputs = [proto.value_info(v)[0] for v in graph.get("output", [])]
+        self._dtypes = {proto.value_info(v)[0]: proto.value_info(v)[1]
+                        for v in graph.get("input", [])}
         self._nodes = _sorted(graph.get("node", []), set(self._inputs) | given, versions, folder)
         self._nodes = _live(self._nodes, self._outputs)
         self._consts, self._backend = consts, backend
@@ -169,13 +171,24 @@ class OnnxModule(Module):
         ctx = context(self)
         env = dict(self._consts)
         env.update((n, vars(self)[k]) for n, k in self._keys.items() if n not in env)
-        env.update((n, ctx.t(v if isinstance(v, Tensor) else np.asarray(v)).to(ctx.backend))
-                   for n, v in given.items())
+        env.update((n, self._input(ctx, n, v)) for n, v in given.items())
         ctx.env, ctx.versions, ctx.folder = env, self._versions, self._folder
         for node in self._nodes:
             env.update(zip(node.outputs, step(ctx, node, [env.get(i) for i in node.inputs])))
         outs = [ctx.t(env[n]) for n in self._outputs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+    def _input(self, ctx, name, v):
+        """An input as a Tensor on the run's backend: data (arrays, lists) converted to the
+        dtype the graph declares, a Tensor of another dtype refused."""
+        want = proto.DTYPES.get(self._dtypes.get(name))
+        if not isinstance(v, Tensor):
+            return ctx.t(np.asarray(v, dtype=want))
+        if want is not None and v.dtype != want:
+            raise OnnxError(f"onnx: input {name!r} is declared {want}, got a {v.dtype} tensor; "
+                            f"cast it with .cast({want!r})")
+        return v.to(ctx.backend)
 
 
 def add_param(module, name, array, backend):
