@@ -1670,12 +1670,17 @@ unary("Acos", lambda x, a: math.pi / 2 - _atan(x / (1 - x * x).sqrt()).mask_wher
 def _dft(c, a, x, length=None, axis=None):
     x = c.t(x)
     axis = (a.get("axis", 1) if c.opset < 20 else (-2 if axis is None else ints(axis)[0]))
-    axis %= x.ndim
-    n = x.shape[axis] if length is None or not math.prod(length.shape) else ints(length)[0]
-    inverse, half = a.get("inverse", 0), a.get("onesided", 0)
+    n = None if length is None or not math.prod(length.shape) else ints(length)[0]
+    return _spectrum(c, x, axis % x.ndim, n, a.get("inverse", 0), a.get("onesided", 0))
+
+
+def _spectrum(c, x, axis, n, inverse, half):
+    """The DFT of x [..., 1 or 2] (real or complex as its last dim) along axis, length n."""
+    given = n is not None
+    n = n if given else x.shape[axis]
     if inverse and half:  # a half spectrum back to n real values (Hermitian symmetry)
         m = x.shape[axis]
-        n = 2 * (m - 1) if length is None or not math.prod(length.shape) else n
+        n = n if given else 2 * (m - 1)
         k, t = np.arange(m), np.arange(n)[:, None]
         w = np.where((k == 0) | (2 * k == n), 1.0, 2.0) / n
         cos = c.t((w * np.cos(2 * np.pi * k * t / n)).astype(x.dtype))
@@ -1696,3 +1701,55 @@ def _dft(c, a, x, length=None, axis=None):
     if imag is not None:
         re, im = re - along(imag, sin), im + along(imag, cos)
     return Tensor.cat([re, im], -1)
+
+
+@op("STFT")
+def _stft(c, a, signal, step, window=None, length=None):
+    x, step = c.t(signal), int(c.np(step).item())
+    width = window.shape[0] if window is not None else ints(length)[0]
+    count = (x.shape[1] - width) // step + 1
+    frames = Tensor.stack([x[:, f * step:f * step + width] for f in range(count)], 1)
+    if window is not None:
+        frames = frames * c.t(window).reshape(1, 1, width, 1)
+    return _spectrum(c, frames, 2, width, 0, a.get("onesided", 1))
+
+
+@op("MelWeightMatrix")
+def _mel(c, a, bins, length, rate, low, high):
+    bins, length, rate = (int(c.np(v).item()) for v in (bins, length, rate))
+    mel = [2595 * np.log10(1 + float(c.np(v).item()) / 700) for v in (low, high)]
+    edges = np.arange(bins + 2) * (mel[1] - mel[0]) / (bins + 2) + mel[0]
+    edges = (((length + 1) * 700 * (10 ** (edges / 2595) - 1)) // rate).astype(int)
+    out = np.zeros((length // 2 + 1, bins))
+    for i in range(bins):  # triangles rising from edges[i] to edges[i+1], falling to edges[i+2]
+        lo, mid, hi = edges[i:i + 3]
+        j = np.arange(lo, mid + 1)
+        out[j, i] = (j - lo) / (mid - lo) if mid > lo else 1
+        j = np.arange(mid, hi)
+        out[j, i] = (hi - j) / (hi - mid) if hi > mid else out[j, i]
+    return out.astype(ember_dtype(a.get("output_datatype", 1), "MelWeightMatrix"))
+
+
+@op("GlobalLpPool")
+def _global_lp_pool(c, a, x):
+    x, p = c.t(x), a.get("p", 2)
+    return (x.abs() ** p).sum_dim(tuple(range(2, x.ndim))) ** (1 / p)
+
+
+def _flex_attention(c, a, q, k, v):
+    q, k, v = c.t(q), c.t(k), c.t(v)
+    if q.shape[1] != k.shape[1]:
+        reps = q.shape[1] // k.shape[1]
+        k, v = (t.unsqueeze(2).expand(t.shape[0], t.shape[1], reps, *t.shape[2:]).reshape(
+            t.shape[0], -1, *t.shape[2:]) for t in (k, v))
+    scale = math.sqrt(a.get("scale", 1 / math.sqrt(q.shape[3])))
+    scores = (q * scale) @ (k * scale).swap_dims(-1, -2)
+    if "score_mod" in a:
+        scores = c.t(c.subgraph(a["score_mod"], [scores])[0])
+    p = scores.softmax(-1)
+    if "prob_mod" in a:
+        p = c.t(c.subgraph(a["prob_mod"], [p])[0])
+    return p @ v
+
+
+OPS[("ai.onnx.preview", "FlexAttention")] = _flex_attention
