@@ -160,3 +160,11 @@ def test_not_onnx():
         eonnx.load(b"")
     with pytest.raises(eonnx.OnnxError, match="cannot read"):
         eonnx.load("/nonexistent/model.onnx")
+
+
+def test_sizes_the_graph_asks_for_are_bounded():
+    shape = numpy_helper.from_array(np.array([2**20, 2**20], np.int64), "shape")
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+             helper.make_node("Add", ["x", "big"], ["y"])]
+    with pytest.raises(eonnx.OnnxError, match="ConstantOfShape asks for a tensor of shape"):
+        eonnx.load(_model([shape], nodes).SerializeToString())  # folded at load: refused

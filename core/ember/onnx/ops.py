@@ -36,6 +36,19 @@ def ember_dtype(code, what):
     return name
 
 
+# the most elements an op may create from sizes the model gives (ConstantOfShape, Range, Expand,
+# Tile): a hostile file must not make the loader's folding (or a run) allocate what it claims
+MAX_ELEMENTS = 1 << 28
+
+
+def _sized(op_type, shape):
+    shape = tuple(int(s) for s in shape)
+    if math.prod(shape) > MAX_ELEMENTS or any(s < 0 for s in shape):
+        raise OnnxError(f"onnx: {op_type} asks for a tensor of shape {list(shape)}, more than "
+                        f"{MAX_ELEMENTS} elements (ember.onnx.ops.MAX_ELEMENTS); refused")
+    return shape
+
+
 def ints(v):
     return [int(i) for i in np.asarray(v if not isinstance(v, Tensor) else v.to_numpy()).ravel()]
 
@@ -364,12 +377,14 @@ def _gather_elements(c, a, x, idx):
 @op("Expand")
 def _expand(c, a, x, shape):
     x = c.t(x)
-    return x.expand(np.broadcast_shapes(x.shape, tuple(ints(shape))))
+    return x.expand(_sized("Expand", np.broadcast_shapes(x.shape, tuple(ints(shape)))))
 
 
 @op("Tile")
 def _tile(c, a, x, repeats):
-    return c.t(x).repeat(ints(repeats))
+    x, repeats = c.t(x), ints(repeats)
+    _sized("Tile", [s * r for s, r in zip(x.shape, repeats)])
+    return x.repeat(repeats)
 
 
 @op("Constant")
@@ -384,13 +399,14 @@ def _constant(c, a):
 @op("ConstantOfShape")
 def _constant_of_shape(c, a, shape):
     value = a.get("value", np.zeros(1, np.float32))
-    return Tensor.full(tuple(ints(shape)), value.ravel()[0].item(), c.backend, value.dtype.name)
+    return Tensor.full(_sized("ConstantOfShape", ints(shape)), value.ravel()[0].item(), c.backend,
+                       value.dtype.name)
 
 
 @op("Range")
 def _range(c, a, start, limit, delta):
     start, limit, delta = (c.np(v).ravel()[0] for v in (start, limit, delta))
-    n = max(int(math.ceil((limit - start) / delta)), 0)
+    n = _sized("Range", [max(int(math.ceil((limit - start) / delta)), 0)])[0]
     return (start + np.arange(n) * delta).astype(start.dtype)
 
 
