@@ -603,11 +603,12 @@ def softmax(name, fn):
 
 
 def _hardmax(x, axis):
-    hot = x.argmax(axis) == c_arange(x, axis)
+    hot = x.argmax(axis) == _positions(x, axis)
     return hot.cast(x.dtype)
 
 
-def c_arange(x, axis):
+def _positions(x, axis):
+    """0, 1, ... along axis (int32), shaped to broadcast against x."""
     shape = [1] * x.ndim
     shape[axis] = x.shape[axis]
     return Tensor.from_data(np.arange(x.shape[axis], dtype=np.int32).reshape(shape), x.backend)
@@ -750,28 +751,24 @@ def _conv_transpose(c, a, x, w, b=None):
         raise OnnxError(f"onnx: ConvTranspose over {x.ndim - 2} spatial dims (unsupported: "
                         f"ConvTranspose {x.ndim - 2}-D)")
     one_d = x.ndim == 3
-    if one_d:
+    if one_d:  # over a unit height
         x, w = x.unsqueeze(2), w.unsqueeze(2)
-    n = 2
-    kernel = list(w.shape[2:])
-    pre = (lambda v, fill: [fill] + list(v)) if one_d else (lambda v, fill: list(v))
-    strides = pre(a.get("strides", [1] * (n - one_d)), 1)
-    dil = pre(a.get("dilations", [1] * (n - one_d)), 1)
-    extra = pre(a.get("output_padding", [0] * (n - one_d)), 0)
-    p = a.get("pads", [0] * 2 * (n - one_d))
-    half = len(p) // 2
-    pads = pre([(p[i], p[i + half]) for i in range(half)], (0, 0))
-    shape = a.get("output_shape")
-    if shape is not None or a.get("auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER"):
+    k, auto = 1 if one_d else 2, a.get("auto_pad", "NOTSET")  # k: the file's spatial dims
+
+    def attr(name, fill):
+        return [fill] * one_d + list(a.get(name, [fill] * k))
+    strides, dil, extra = attr("strides", 1), attr("dilations", 1), attr("output_padding", 0)
+    p = a.get("pads", [0] * 2 * k)
+    pads = [(0, 0)] * one_d + [(p[i], p[i + k]) for i in range(k)]
+    if "output_shape" in a or auto in ("SAME_UPPER", "SAME_LOWER"):
         size = x.shape[2:]
-        shape = pre(shape[-(n - one_d):], 1) if shape is not None else [
+        out = [1] * one_d + list(a["output_shape"][-k:]) if "output_shape" in a else [
             i * s for i, s in zip(size, strides)]
         pads = []
-        for i, k, s, d, o in zip(size, kernel, strides, dil, shape):
-            total = s * (i - 1) + (k - 1) * d + 1 - o
-            half = total // 2
-            upper = a.get("auto_pad", "NOTSET") == "SAME_UPPER"
-            pads.append((half, total - half) if upper else (total - half, half))
+        for i, kk, s, d, o in zip(size, w.shape[2:], strides, dil, out):
+            total = s * (i - 1) + (kk - 1) * d + 1 - o
+            small = total // 2
+            pads.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
         extra = [0, 0]
     padding = tuple((p0, p1 - e) for (p0, p1), e in zip(pads, extra))
     y = _apply(PRIMS["conv_transpose2d"], x, w, stride=tuple(strides), padding=padding,
@@ -1171,7 +1168,7 @@ def _topk(c, a, x, k=None):
     low = -math.inf if x.dtype[0] == "f" else int(np.iinfo(x.dtype).min)
     y = x if largest else -x
     values, indices = [], []
-    pos = c_arange(x, axis)
+    pos = _positions(x, axis)
     for _ in range(k):  # k rounds of argmax (ties: the lower index first, as ONNX)
         i = y.argmax(axis)
         values.append(x.gather(axis, i))
