@@ -107,7 +107,8 @@ def _floor(x):
         return x._alias()
     # exact where |x| < 2^23 (2^52): larger floats (and inf, NaN) are whole numbers already
     big = abs(x) < (2.0 ** 23 if x.dtype == "float32" else 2.0 ** 52)
-    t = x.mask_where(big.logical_not(), 0).cast("int64").cast(x.dtype)  # truncated
+    whole = "int32" if x.dtype == "float32" else "int64"  # (Wgpu holds no int64)
+    t = x.mask_where(big.logical_not(), 0).cast(whole).cast(x.dtype)  # truncated
     return x.mask_where(big, t - (t > x).cast(x.dtype))
 
 
