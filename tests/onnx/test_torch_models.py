@@ -286,3 +286,31 @@ def test_lstm_and_gru():
     data = _export(Recurrent(), (torch.randn(2, 5, 6),), ["x"], ["x"], opset_version=14)
     rng = np.random.default_rng(4)
     _compare(data, [(rng.normal(size=(n, 5, 6)).astype(np.float32),) for n in (1, 3)])
+
+
+def test_under_jit_and_fine_tuning_a_convnet():
+    import ember
+    from ember import Tensor, optim
+    from ember.backend import Autodiff
+
+    data = _export(ConvNet(), (torch.randn(2, 3, 20, 20),), ["x"], ["x"])
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(4, 3, 20, 20)).astype(np.float32)
+    model = eonnx.load(data, backend=NdArray())
+    fast = ember.jit(model)
+    outs = [fast(Tensor.from_data(x)).to_numpy() for _ in range(4)]  # captured from the third
+    assert "1 captured" in repr(fast)
+    for out in outs:
+        np.testing.assert_allclose(out, model(x).to_numpy(), rtol=1e-6, atol=1e-7)
+    backend = Autodiff(NdArray())
+    model = eonnx.load(data, backend=backend)
+    target = Tensor.from_data(np.eye(10, dtype=np.float32)[[1, 3, 5, 7]], backend)
+    xs, opt = Tensor.from_data(x, backend), optim.Adam(lr=1e-2)
+
+    def loss(m):
+        return -(m(xs).log() * target).sum() / 4
+    first = loss(model)
+    for _ in range(3):
+        value = loss(model)
+        model = opt.step(model, optim.GradientsParams.from_grads(value.backward(), model))
+    assert loss(model).item() < first.item()

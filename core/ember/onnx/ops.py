@@ -312,7 +312,7 @@ def _unsqueeze(c, a, x, axes=None):
 
 @op("Concat")
 def _concat(c, a, *xs):
-    axis = a.get("axis")
+    axis = a.get("axis", 1)  # (optional, 1, before opset 4)
     if all(isinstance(x, np.ndarray) for x in xs):
         return np.concatenate(xs, axis)
     xs = [c.t(x) for x in xs if math.prod(x.shape) or len(xs) == 1]
