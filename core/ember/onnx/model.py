@@ -97,8 +97,10 @@ _DTYPES = ("bool", "int32", "int64", "float32", "float64")
 class Context:
     """What an op function sees: the backend, its domain's opset, its node's output count."""
 
-    def __init__(self, backend, cache):
-        self.backend, self.cache = backend, cache
+    def __init__(self, backend, cache, int64="int64"):
+        # int64: what holds ONNX's int64 values: "int32" on a backend without 64-bit integers
+        # (Wgpu: WGSL has none), range-checked, as onnxruntime-web does on WebGPU
+        self.backend, self.cache, self.int64 = backend, cache, int64
         self.opset, self.outputs, self.op = 0, 1, ""
         self.env, self.versions, self.folder = {}, {}, None  # (for subgraphs)
 
@@ -108,7 +110,14 @@ class Context:
         kept = self.cache.get(id(v))
         if kept is not None and kept[0] is v:
             return kept[1]
-        return Tensor.from_data(np.asarray(v), self.backend)
+        array = np.asarray(v)
+        t = Tensor.from_data(_narrow(array) if self.int64 != "int64" else array, self.backend)
+        if id(v) in self.cache.get("consts", ()):  # a constant of the module: made once
+            self.cache[id(v)] = (v, t)
+        return t
+
+    def dtype(self, name):
+        return self.int64 if name == "int64" else name
 
     def np(self, v):
         return v.to_numpy() if isinstance(v, Tensor) else np.asarray(v)
@@ -185,7 +194,7 @@ class OnnxModule(Module):
         want = proto.DTYPES.get(self._dtypes.get(name))
         if not isinstance(v, Tensor):
             return ctx.t(np.asarray(v, dtype=want))
-        if want is not None and v.dtype != want:
+        if want is not None and v.dtype != ctx.dtype(want):
             raise OnnxError(f"onnx: input {name!r} is declared {want}, got a {v.dtype} tensor; "
                             f"cast it with .cast({want!r})")
         return v.to(ctx.backend)
@@ -197,7 +206,30 @@ def add_param(module, name, array, backend):
     key = name if name and not name.startswith("_") and not hasattr(Module, name) \
         and name != "training" else f"onnx.{name}"
     module._keys[name] = key
+    if array.dtype == np.int64 and not holds_int64(backend):
+        array = _narrow(array)
     vars(module)[key] = Param(Tensor.from_data(array, backend), trainable=array.dtype.kind == "f")
+
+
+def holds_int64(backend):
+    """Whether the backend has int64 tensors (Wgpu has none)."""
+    from ..errors import DTypeError
+
+    try:
+        Tensor.from_data(np.zeros(1, np.int64), backend)
+        return True
+    except DTypeError:
+        return False
+
+
+def _narrow(array):
+    """int64 values as int32, for a backend without 64-bit integers; refused if they do not fit."""
+    if array.dtype != np.int64:
+        return array
+    if array.size and (array.min() < -2**31 or array.max() >= 2**31):
+        raise OnnxError("onnx: int64 values beyond int32's range on a backend without 64-bit "
+                        "integers (Wgpu); run this model on NdArray")
+    return array.astype(np.int32)
 
 
 def context(module):
@@ -205,10 +237,10 @@ def context(module):
     its constants' tensors are made once per backend."""
     backend = next((p.backend for _, p in module.named_params()), module._backend)
     if module._cache.get("backend") != backend:
-        module._cache = {"backend": backend}
-        module._cache.update((id(v), (v, Tensor.from_data(v, backend)))
-                             for v in module._consts.values())
-    return Context(backend, module._cache)
+        int64 = "int64" if holds_int64(backend) else "int32"
+        module._cache = {"backend": backend, "int64": int64,
+                         "consts": {id(v) for v in module._consts.values()}}
+    return Context(backend, module._cache, module._cache["int64"])
 
 
 def step(ctx, node, values):

@@ -220,7 +220,7 @@ def _cast(c, a, x):
     to = ember_dtype(a.get("to"), "Cast")
     if isinstance(x, np.ndarray):
         return x.astype(to)
-    return c.t(x).cast(to)
+    return c.t(x).cast(c.dtype(to))
 
 
 @op("CastLike")
@@ -401,7 +401,7 @@ def _constant(c, a):
 def _constant_of_shape(c, a, shape):
     value = a.get("value", np.zeros(1, np.float32))
     return Tensor.full(_sized("ConstantOfShape", ints(shape)), value.ravel()[0].item(), c.backend,
-                       value.dtype.name)
+                       c.dtype(value.dtype.name))
 
 
 @op("Range")
@@ -581,7 +581,7 @@ def arg(name):
         n = x.shape[axis]
         if a.get("select_last_index", 0):
             x = x.select(axis, np.arange(n - 1, -1, -1, dtype=np.int32))
-        out = (x.argmax(axis) if name == "ArgMax" else x.argmin(axis)).cast("int64")
+        out = (x.argmax(axis) if name == "ArgMax" else x.argmin(axis)).cast(c.int64)
         if a.get("select_last_index", 0):
             out = (n - 1) - out
         return out if a.get("keepdims", 1) else out.squeeze(axis)
@@ -829,7 +829,7 @@ def _max_pool(c, a, x):
         y = _apply(PRIMS["max_pool2d"], x, **attrs)
         if c.outputs < 2:
             return y
-        idx = _apply(PRIMS["max_pool2d_indices"], x, **attrs).cast("int64")
+        idx = _apply(PRIMS["max_pool2d_indices"], x, **attrs).cast(c.int64)
         n, ch, h, w = x.shape
         offset = np.arange(n * ch, dtype=np.int64).reshape(n, ch, 1, 1) * (h * w)
         return y, idx + c.t(offset)
@@ -1177,8 +1177,8 @@ def _topk(c, a, x, k=None):
         y = y.mask_where(pos == i, low)
     if not k:
         shape = x.shape[:axis] + (0,) + x.shape[axis + 1:]
-        return x.new_zeros(shape), Tensor.full(shape, 0, c.backend, "int64")
-    return Tensor.cat(values, axis), Tensor.cat(indices, axis).cast("int64")
+        return x.new_zeros(shape), Tensor.full(shape, 0, c.backend, c.int64)
+    return Tensor.cat(values, axis), Tensor.cat(indices, axis).cast(c.int64)
 
 
 @op("Einsum")
