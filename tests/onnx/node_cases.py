@@ -5,7 +5,8 @@ outputs, generated in memory by the onnx package (a test-only dependency). A cas
 every output has the expected dtype and shape and its values match within rtol 1e-3, atol 1e-5
 (NaN matching NaN); it is "unsupported: X" when ember refuses the model saying what it lacks.
 On a backend without 64-bit integers (Wgpu), ONNX's int64 values are held as int32 (ember.onnx
-does so, range-checked, as onnxruntime-web does): an int32 output stands for an int64 one.
+does so, range-checked, as onnxruntime-web does): an int32 output stands for an int64 one, and
+a case that needs float64 there is unsupported (WGSL has no 64-bit floats).
 
     python tests/onnx/node_cases.py [-v] [--autodiff | --wgpu]
         the pass count by op family (-v: every skip reason and failure), on NdArray (or
@@ -20,6 +21,7 @@ import warnings
 import numpy as np
 
 from ember import onnx as eonnx
+from ember import DTypeError
 from ember.backend import Autodiff, NdArray
 from ember.onnx.model import holds_int64
 
@@ -71,7 +73,13 @@ def run(case, backend=None):
         except eonnx.OnnxError as e:
             if "unsupported" in str(e):
                 return "unsupported", _reason(e)
+            if narrow and "64-bit" in str(e) and "float64" in str(e):
+                return "unsupported", "unsupported: dtype float64 on this backend"
             return "fail", f"run: {e}"
+        except DTypeError as e:  # Wgpu refusing float64 data
+            if narrow and "float64" in str(e):
+                return "unsupported", "unsupported: dtype float64 on this backend"
+            return "fail", f"run: {type(e).__name__}: {e}"
         except Exception as e:  # a bug: reported as a failure with its type
             return "fail", f"run: {type(e).__name__}: {e}"
         got = got if isinstance(got, tuple) else (got,)
