@@ -20,8 +20,8 @@ import warnings
 
 import numpy as np
 
-from ember import onnx as eonnx
 from ember import DTypeError
+from ember import onnx as eonnx
 from ember.backend import Autodiff, NdArray
 from ember.onnx.model import holds_int64
 
