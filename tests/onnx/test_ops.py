@@ -32,3 +32,16 @@ def test_node_case_under_autodiff(name):
     if status == "unsupported":
         pytest.skip(detail)
     assert status == "pass", detail
+
+
+@pytest.mark.parametrize("name", sorted(CASES)[5::20])
+def test_node_case_on_wgpu(name):
+    """Every twentieth case on Wgpu (`node_cases.py --wgpu` runs them all): int64 held as
+    int32 there, float64 unsupported."""
+    pytest.importorskip("wgpu")
+    from ember.backend import Wgpu
+
+    status, detail = node_cases.run(CASES[name], backend=Wgpu())
+    if status == "unsupported":
+        pytest.skip(detail)
+    assert status == "pass", detail
