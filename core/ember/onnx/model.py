@@ -17,7 +17,7 @@ from ..backend import NdArray, default_backend
 from ..nn.module import Module, Param
 from ..tensor import Tensor
 from . import proto
-from .ops import OPS, ember_dtype
+from .ops import OPS
 from .proto import OnnxError
 
 Unsupported = namedtuple("Unsupported", "domain op_type opset reason")
@@ -186,7 +186,6 @@ class OnnxModule(Module):
             env.update(zip(node.outputs, step(ctx, node, [env.get(i) for i in node.inputs])))
         outs = [ctx.t(env[n]) for n in self._outputs]
         return outs[0] if len(outs) == 1 else tuple(outs)
-
 
     def _input(self, ctx, name, v):
         """An input as a Tensor on the run's backend: data (arrays, lists) converted to the
@@ -374,5 +373,5 @@ def read(source):
     return model, folder
 
 
-__all__ = ["OnnxError", "OnnxModule", "Unsupported", "UnsupportedError", "ember_dtype", "load",
+__all__ = ["OnnxError", "OnnxModule", "Unsupported", "UnsupportedError", "load",
            "read", "unsupported"]
