@@ -19,6 +19,8 @@ import warnings
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ... import autotune
+from ...autotune import bucket
 from ...backend.base import sole_owner
 from ...errors import DTypeError
 from ...ops import ELEMENTWISE, MOVEMENT, OPS
@@ -560,21 +562,22 @@ MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64
                   "tiled": ("matmul_tiled.wgsl", 128)}
 
 
-def _matmul_kernel(be, vec4, M, N):
-    """(shader, tile) for a product: row-major aligned operands take vec4 loads; GPUs stage
-    tiles in workgroup memory, CPU adapters (lavapipe, SwiftShader) do better without
-    barriers. EMBER_WGPU_MATMUL=scalar|vec4|tiled forces one (benchmarks, tests)."""
+def _matmul_kernels(be, vec4, M, N):
+    """The kernels a product may run, the default first: row-major aligned operands take vec4
+    loads; GPUs stage tiles in workgroup memory, CPU adapters (lavapipe, SwiftShader) do better
+    without barriers. ember.autotune measures the others against it. EMBER_WGPU_MATMUL=scalar|
+    vec4|tiled forces one (benchmarks, tests)."""
     forced = os.environ.get("EMBER_WGPU_MATMUL")
     if forced:
         if forced not in MATMUL_KERNELS:
             raise ValueError(f"EMBER_WGPU_MATMUL={forced!r}: expected one of "
                              f"{', '.join(MATMUL_KERNELS)}")
-        return MATMUL_KERNELS[forced if vec4 or forced == "scalar" else "scalar"]
+        return [forced if vec4 or forced == "scalar" else "scalar"]
     if not vec4:
-        return MATMUL_KERNELS["scalar"]
+        return ["scalar"]
     if not be.device.bridge.is_cpu and M >= 64 and N >= 64:
-        return MATMUL_KERNELS["tiled"]
-    return MATMUL_KERNELS["vec4"]
+        return ["tiled", "vec4", "scalar"]
+    return ["vec4", "tiled", "scalar"]
 
 
 def _vec4_rows(x):
@@ -605,18 +608,27 @@ def matmul(be, op, inputs, attrs, shape, dtype):
     a_batch = broadcast_strides(Prim(None, a.shape[:-2], a.strides[:-2], 0, dtype), batch)
     b_batch = broadcast_strides(Prim(None, b.shape[:-2], b.strides[:-2], 0, dtype), batch)
     bshape, (abs_, bbs) = coalesce(batch, [a_batch, b_batch])
-    name, tile = _matmul_kernel(be, vec4, M, N)
-    k = compile_kernel(be.device, ("matmul", name, dtype), "matmul", lambda: (
-        render(name, T=STORAGE[dtype]), "main", ("w", "r", "r")))
     nb = numel(batch)
     head = [M, N, K, len(bshape), a.offset, a.strides[-2], a.strides[-1],
             b.offset, b.strides[-2], b.strides[-1]]
     tail = [0, *bshape, *abs_, *bbs]
-    buffers = (out.storage.gpu, a.storage.gpu, b.storage.gpu)
-    for start in range(0, nb, 65535):
-        be.device.dispatch(k, buffers, head + [start] + tail,
-                           (-(-N // tile), -(-M // tile), min(65535, nb - start)), be.cache)
-    return out
+
+    def launch(choice, into=None):
+        name, tile = MATMUL_KERNELS[choice]
+        into = into or be.empty(shape, dtype)
+        k = compile_kernel(be.device, ("matmul", name, dtype), "matmul", lambda: (
+            render(name, T=STORAGE[dtype]), "main", ("w", "r", "r")))
+        buffers = (into.storage.gpu, a.storage.gpu, b.storage.gpu)
+        for start in range(0, nb, 65535):
+            be.device.dispatch(k, buffers, head + [start] + tail,
+                               (-(-N // tile), -(-M // tile), min(65535, nb - start)),
+                               be.cache)
+        return into
+
+    key = (be.device.name, dtype, bucket(M), bucket(N), bucket(K), bucket(nb))
+    choice = autotune.choose("wgpu.matmul", key, _matmul_kernels(be, vec4, M, N), launch,
+                             be.to_numpy, be.sync)
+    return launch(choice, out)
 
 
 # ---- convolution and pooling (ember/ops/nn.py) --------------------------------------------------
