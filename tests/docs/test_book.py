@@ -86,3 +86,14 @@ def test_book_builds_strict(tmp_path):
     assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stdout}\n{r.stderr}"
     assert (tmp_path / "book" / "index.html").is_file()
     assert (tmp_path / "book" / "api" / "index.html").is_file()
+
+
+def test_blocks_are_found_with_their_lines_and_marks(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# t\n\n```python\nx = 1\n```\n\ntext\n\n```python\n# book: skip (needs a GPU)"
+                    "\ny = 2\n```\n\n```sh\nmake docs\n```\n", encoding="utf-8")
+    assert blocks(page) == [(4, "x = 1\n", None),
+                            (10, "# book: skip (needs a GPU)\ny = 2\n", "needs a GPU")]
+    page.write_text("```python\nx = 1  # book: skip (late)\n```\n", encoding="utf-8")
+    with pytest.raises(AssertionError, match="first line"):
+        blocks(page)
