@@ -150,6 +150,28 @@ def summarize(rows):
             "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 gives steadier ratios"]
 
 
-BENCHMARKS = {"conv2d_forward": conv2d_forward,
+# ---- per-call overhead: tiny ops, where the Tensor layer and dispatch are all there is ----------
+TINY = {"add": (lambda a, b: a + b, lambda a, b: a + b),
+        "exp": (lambda a, b: a.exp(), lambda a, b: a.exp()),
+        "matmul": (lambda a, b: a @ b, lambda a, b: a @ b),
+        "sum": (lambda a, b: a.sum(), lambda a, b: a.sum())}
+
+
+def tiny_ops(ctx):
+    """8x8 float32 on NdArray() against PyTorch CPU eager: the cost of one call."""
+    torch = _torch()
+    if torch is None:
+        yield _missing(ctx, "tiny ops")
+        return
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2))
+    ea, eb = (Tensor.from_data(x, backend=NdArray()) for x in (a, b))
+    ta, tb = torch.tensor(a), torch.tensor(b)
+    for name, (ours, theirs) in TINY.items():
+        yield _timed(ctx, f"{name} 8x8 float32, NdArray", lambda o=ours: [o(ea, eb)],
+                     lambda t=theirs: [t(ta, tb)])
+
+
+BENCHMARKS = {"tiny_ops": tiny_ops, "conv2d_forward": conv2d_forward,
               "conv2d_forward_backward": conv2d_forward_backward,
               "max_pool2d": max_pool2d}

@@ -43,12 +43,13 @@ def test_conformance_suite_passes_in_pyodide_as_in_cpython(site_dir, tmp_path, c
               "args": [SUITE, "-q", "-p", "no:randomly"]}
     (tmp_path / "config.json").write_text(json.dumps(config))
     cpython_xml = tmp_path / "cpython.xml"
-    # Node has no WebGPU: the CPython side runs the backends Pyodide-in-Node has (the Wgpu
-    # cases run in CPython through wgpu-py in tests/, and in the browser in e2e/)
+    # Node has no WebGPU and Pyodide no torch: the CPython side runs the backends
+    # Pyodide-in-Node has (the Wgpu cases run in CPython through wgpu-py in tests/, and in the
+    # browser in e2e/; the Torch cases in tests/)
     cpython = subprocess.Popen(
         [sys.executable, "-m", "pytest", SUITE, "-q", "-p", "no:cacheprovider", "-k",
-         "not wgpu", "--junitxml", str(cpython_xml)], cwd=ROOT, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+         "not wgpu and not torch", "--junitxml", str(cpython_xml)], cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pyodide = subprocess.run(["node", str(ROOT / "e2e" / "pyodide_pytest.mjs"),
                               str(tmp_path / "config.json")], capture_output=True, text=True,
                              timeout=1800)

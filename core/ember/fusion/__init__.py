@@ -25,7 +25,7 @@ import threading
 import weakref
 
 from ..backend.base import Backend, OpRecord, others
-from ..ops import ELEMENTWISE
+from ..ops import ELEMENTWISE, REDUCE
 
 __all__ = ["Block", "Fusion", "Lazy", "trace"]
 
@@ -156,6 +156,10 @@ class Fusion(Backend):
         if op.kind in ELEMENTWISE and op.wgsl is not None and (
                 self.dtypes is None or dtype in self.dtypes):
             return self._queue(op, inputs, attrs, shape, dtype)
+        if op.kind == REDUCE and type(inputs[0]) is Lazy and inputs[0].node is not None:
+            prim = self._reduced(op, inputs[0], attrs, shape, dtype)
+            if prim is not None:
+                return Lazy(shape, dtype, value=prim)
         prims = [self.realize(x) if type(x) is Lazy else x for x in inputs]
         return Lazy(shape, dtype, value=self.inner.execute(op, prims, attrs, shape, dtype))
 
@@ -192,14 +196,7 @@ class Fusion(Backend):
 
     # ---- queueing and realizing ------------------------------------------------------------
     def _queue(self, op, inputs, attrs, shape, dtype):
-        leaves, ops = {}, 1
-        for x in inputs:
-            if type(x) is Lazy:
-                if x.node is None:
-                    leaves[id(x)] = x
-                else:
-                    leaves.update(x.leaves)
-                    ops += x.ops
+        leaves, ops = _reach(inputs)
         pending = [x for x in inputs if type(x) is Lazy and x.node is not None]
         # too long, or too many buffers for one kernel (its leaves and one output): realize
         # the longest pending inputs first, each then read as one buffer
@@ -207,14 +204,7 @@ class Fusion(Backend):
             x = max(pending, key=lambda p: (len(p.leaves), p.ops))
             pending.remove(x)
             self.realize(x)
-            leaves, ops = {}, 1
-            for y in inputs:
-                if type(y) is Lazy:
-                    if y.node is None:
-                        leaves[id(y)] = y
-                    else:
-                        leaves.update(y.leaves)
-                        ops += y.ops
+            leaves, ops = _reach(inputs)
         node = OpRecord(op, tuple(inputs), attrs, shape, dtype)
         lazy = Lazy(shape, dtype, node=node, leaves=leaves, ops=ops)
         with self._lock:
@@ -234,7 +224,40 @@ class Fusion(Backend):
         return lazy.value
 
     def _run(self, root):
-        while True:
+        block, outputs = self._plan(root)
+        fuse = getattr(self.inner, "fuse", None)
+        if fuse is None or len(block.nodes) == 1:
+            prims = run_block(self.inner, block)
+        else:
+            prims = fuse(block)
+            launched(block.names())
+        for x, prim in zip(outputs, prims):
+            x.value, x.node, x.leaves, x.ops = prim, None, (), 0
+
+    def _reduced(self, op, x, attrs, shape, dtype):
+        """A reduction of x's pending chain in one kernel of inner (fuse-on-read), or None
+        (inner cannot). The chain stays pending: what reads it later computes it again, in
+        registers (softmax's exp: once under the sum, once under the division), which costs
+        less than writing it to memory and reading it back."""
+        fuse_reduce = getattr(self.inner, "fuse_reduce", None)
+        if fuse_reduce is None:
+            return None
+        with self._lock:
+            if x.node is None:
+                return None
+            block, _ = self._plan(x, writes=False)
+            prim = fuse_reduce(block, op, attrs, shape, dtype)
+        if prim is not None:
+            launched(block.names() + [op.name])
+        return prim
+
+    def _plan(self, root, writes=True):
+        """The Block that computes root's chain, and the Lazies it writes (root last; with
+        writes=False root alone, whoever holds the intermediates)."""
+        if not writes:
+            order, _ = _chain(root)
+            outputs = [root]
+        while writes:
             order, uses = _chain(root)
             # an intermediate is written only when something outside the chain still holds it
             # (a tensor, another pending chain): a reference beyond `order`'s and the chain's
@@ -264,15 +287,21 @@ class Fusion(Backend):
                     ins.append(("node", index[id(i)]))
             n = x.node
             nodes.append(OpRecord(n.op, tuple(ins), n.attrs, n.shape, n.dtype))
-        block = Block(nodes, leaves, [index[id(x)] for x in outputs], root.shape)
-        fuse = getattr(self.inner, "fuse", None)
-        if fuse is None or len(nodes) == 1:
-            prims = run_block(self.inner, block)
-        else:
-            prims = fuse(block)
-            launched(block.names())
-        for x, prim in zip(outputs, prims):
-            x.value, x.node, x.leaves, x.ops = prim, None, (), 0
+        return Block(nodes, leaves, [index[id(x)] for x in outputs], root.shape), outputs
+
+
+def _reach(inputs):
+    """The realized Lazies (by id) a new op on `inputs` reads through its chain, and how many
+    ops the chain would then hold."""
+    leaves, ops = {}, 1
+    for x in inputs:
+        if type(x) is Lazy:
+            if x.node is None:
+                leaves[id(x)] = x
+            else:
+                leaves.update(x.leaves)
+                ops += x.ops
+    return leaves, ops
 
 
 def _chain(root):

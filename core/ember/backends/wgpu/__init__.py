@@ -76,6 +76,10 @@ class Wgpu(Backend):
         """A chain of elementwise ops (an ember.fusion Block) as one generated kernel."""
         return runners.fused(self, block)
 
+    def fuse_reduce(self, block, op, attrs, shape, dtype):
+        """A reduction of a Block's result in one kernel, or None (the plain path then)."""
+        return runners.fused_reduce(self, block, op, attrs, shape, dtype)
+
     def from_numpy(self, array):
         dtype = array.dtype.name
         if dtype not in DTYPES:

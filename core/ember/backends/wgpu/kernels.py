@@ -288,19 +288,10 @@ def _scalar_value(raw, dt):
     return {"float32": f"bitcast<f32>({raw})", "int32": raw, "bool": f"({raw} != 0)"}[dt]
 
 
-def fused_source(block, leaf_dtypes, entry):
-    """WGSL for a fusion Block (ember.fusion): each node's expression in registers, node by
-    node with its own NaN rules, and only block.outputs stored. `leaf_dtypes`: the dtypes of
-    block.leaves; `entry`: "flat4" or "flat" (every leaf dense in the block's shape; flat4:
-    also 16-byte aligned and a multiple of 4 elements, a vec4 per invocation) or "main"."""
-    nt, vec = len(leaf_dtypes), entry == "flat4"
-    wrap = (lambda t: f"vec4<{t}>") if vec else (lambda t: t)
-    outputs = [f"@group(1) @binding({o}) var<storage, read_write> out{o}: "
-               f"array<{wrap(STORAGE[block.nodes[j].dtype])}>;"
-               for o, j in enumerate(block.outputs)]
-    bindings = [f"@group(1) @binding({len(outputs) + t}) var<storage, read> in{t}: "
-                f"array<{wrap(STORAGE[dt])}>;" for t, dt in enumerate(leaf_dtypes)]
-    scalars, body, dtypes = [], [], []  # dtypes: each node's result
+def _chain_body(block, leaf_dtypes):
+    """(the scalars' `let`s, the nodes' statements, each node's dtype) of a fusion Block: node
+    j's result is `rJ`, computed from `vT` (leaf T's element) and `sJ` (scalar J, from info)."""
+    scalars, body, dtypes = [], [], []
     for j, n in enumerate(block.nodes):
         names, kinds = [], []
         for i in n.inputs:
@@ -325,6 +316,23 @@ def fused_source(block, leaf_dtypes, entry):
             if rule is not None:
                 body.append(f"if (is_nan({names[k]})) {{ r{j} = {_literal(rule, n.dtype)}; }}")
         dtypes.append(n.dtype)
+
+    return scalars, body, dtypes
+
+
+def fused_source(block, leaf_dtypes, entry):
+    """WGSL for a fusion Block (ember.fusion): each node's expression in registers, node by
+    node with its own NaN rules, and only block.outputs stored. `leaf_dtypes`: the dtypes of
+    block.leaves; `entry`: "flat4" or "flat" (every leaf dense in the block's shape; flat4:
+    also 16-byte aligned and a multiple of 4 elements, a vec4 per invocation) or "main"."""
+    nt, vec = len(leaf_dtypes), entry == "flat4"
+    wrap = (lambda t: f"vec4<{t}>") if vec else (lambda t: t)
+    outputs = [f"@group(1) @binding({o}) var<storage, read_write> out{o}: "
+               f"array<{wrap(STORAGE[block.nodes[j].dtype])}>;"
+               for o, j in enumerate(block.outputs)]
+    bindings = [f"@group(1) @binding({len(outputs) + t}) var<storage, read> in{t}: "
+                f"array<{wrap(STORAGE[dt])}>;" for t, dt in enumerate(leaf_dtypes)]
+    scalars, body, dtypes = _chain_body(block, leaf_dtypes)
 
     def load(t, value):
         return f"let v{t} = {f'({value} != 0u)' if leaf_dtypes[t] == 'bool' else value};"
@@ -360,3 +368,31 @@ def fused_source(block, leaf_dtypes, entry):
                  FLAT_LOADS="\n    ".join(flat_loads), BODY="\n    ".join(body),
                  STORES="\n    ".join(stores))
     return src, entry, ("w",) * len(outputs) + ("r",) * nt
+
+
+def fused_reduce_source(block, leaf_dtypes, fields):
+    """WGSL for a reduction of a fusion Block's result (fused_reduce.wgsl): `fields` are
+    reduce.wgsl's for the reduction (T, OUT, NAN, CMP, INIT, COMBINE, RESULT)."""
+    nt = len(leaf_dtypes)
+    scalars, body, dtypes = _chain_body(block, leaf_dtypes)
+    bindings = [f"@group(1) @binding({1 + t}) var<storage, read> in{t}: "
+                f"array<{STORAGE[dt]}>;" for t, dt in enumerate(leaf_dtypes)]
+
+    def leaf(t):  # where operand t's words start in info
+        return f"7 + rk + rr + {t} * (1 + rk + rr)"
+    kept = [f"kb[{t}] = info[{leaf(t)}];" for t in range(nt)]
+    kept += ["var rem = o;", "for (var d = rk - 1; d >= 0; d--) {",
+             "    let size = info[7 + d];", "    let q = rem / size;",
+             "    let c = rem - q * size;", "    rem = q;"]
+    kept += [f"    kb[{t}] += c * info[{leaf(t)} + 1 + d];" for t in range(nt)] + ["}"]
+    element = [f"var at{t} = kb[{t}];" for t in range(nt)]
+    element += ["var rem = r;", "for (var d = rr - 1; d >= 0; d--) {",
+                "    let size = info[7 + rk + d];", "    let q = rem / size;",
+                "    let c = rem - q * size;", "    rem = q;"]
+    element += [f"    at{t} += c * info[{leaf(t)} + 1 + rk + d];" for t in range(nt)] + ["}"]
+    element += [f"let v{t} = " + (f"(in{t}[at{t}] != 0u);" if dt == "bool" else f"in{t}[at{t}];")
+                for t, dt in enumerate(leaf_dtypes)]
+    element += scalars + body + [f"return Acc(r{len(block.nodes) - 1}, r);"]
+    return string.Template(source("fused_reduce.wgsl")).substitute(
+        fields, BINDINGS="\n".join(bindings), NT=nt, KEPT="\n    ".join(kept),
+        ELEMENT="\n    ".join(element))

@@ -23,7 +23,7 @@ from ...backend.base import sole_owner
 from ...errors import DTypeError
 from ...ops import ELEMENTWISE, MOVEMENT, OPS
 from ...ops.definitions import _check_index
-from .kernels import compile_kernel, elementwise_source, fused_source, render
+from .kernels import compile_kernel, elementwise_source, fused_reduce_source, fused_source, render
 from .layout import (
     STORAGE,
     Prim,
@@ -126,6 +126,20 @@ def elementwise(be, op, inputs, attrs, shape, dtype):
     return out
 
 
+def _scalar_words(block):
+    """The `info` words of a fusion Block's Python scalars, in node order, each in the dtype
+    of its node's first tensor operand (as the generated kernel reads them)."""
+    words = []
+    for node in block.nodes:
+        typed = None
+        for i in node.inputs:
+            if type(i) is tuple:
+                typed = typed or (block.leaves[i[1]].dtype if i[0] == "leaf"
+                                  else block.nodes[i[1]].dtype)
+        words += [_bits(i, typed) for i in node.inputs if type(i) is not tuple]
+    return words
+
+
 def fused(be, block):
     """A fusion Block (ember.fusion) as one generated kernel: its leaves read through their
     strides (broadcast to the block's shape), each op in registers, block.outputs written."""
@@ -146,14 +160,7 @@ def fused(be, block):
     if k is None:
         k = compile_kernel(be.device, key, "fused",
                            lambda: fused_source(block, dtypes, entry))
-    scalars = []
-    for node in block.nodes:
-        typed = None
-        for i in node.inputs:
-            if type(i) is tuple:
-                typed = typed or (leaves[i[1]].dtype if i[0] == "leaf"
-                                  else block.nodes[i[1]].dtype)
-        scalars += [_bits(i, typed) for i in node.inputs if type(i) is not tuple]
+    scalars = _scalar_words(block)
     if flat:
         words = [n, 1, 1, 0, n]
         for x in leaves:
@@ -494,6 +501,58 @@ def _reducer(name):
 
 for _name in REDUCERS:
     kernel(_name)(_reducer(_name))
+
+
+def fused_reduce(be, block, op, attrs, shape, dtype):
+    """A reduction of a fusion Block's result in one kernel (fused_reduce.wgsl): the chain is
+    computed as the reduction reads it. None where the plain path runs instead (an op that is
+    not a reduction here, a bool chain, nothing to reduce or no output)."""
+    name, xshape, dims = op.name, block.shape, attrs["dims"]
+    x_dtype = block.nodes[-1].dtype
+    n_out = numel(shape)
+    red = sorted(dims)
+    kept = [d for d in range(len(xshape)) if d not in dims]
+    n_red = numel([xshape[d] for d in red])
+    if name not in REDUCERS or x_dtype == "bool" or n_out == 0 or n_red == 0:
+        return None
+    leaves = block.leaves
+    strides = [broadcast_strides(x, xshape) for x in leaves]
+    kshape, kstr = coalesce([xshape[d] for d in kept], [[st[d] for d in kept] for st in strides])
+    rshape, rstr = coalesce([xshape[d] for d in red], [[st[d] for d in red] for st in strides])
+    by_value = REDUCERS[name][3] == "a.v"
+    chunks = max(1, min(256, n_red // 1024)) if by_value and n_out < 256 else 1
+    chunk = -(-n_red // chunks)
+    chunks = -(-n_red // chunk)
+    out = be.empty(shape, dtype)
+    first = be.empty((n_out, chunks), x_dtype) if chunks > 1 else out
+    n = n_out * chunks
+    cpu = be.device.bridge.is_cpu
+    per_group = n < 64 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
+    entry = "per_group" if per_group else "per_thread"
+    dtypes = tuple(x.dtype for x in leaves)
+    cmp, init, combine, result = REDUCERS[name]
+    fields = dict(T=STORAGE[x_dtype], OUT=STORAGE[first.dtype], CMP=cmp, COMBINE=combine,
+                  NAN="is_nan(x)" if x_dtype == "float32" else "false", RESULT=result,
+                  INIT=init.replace("${ZERO}", _ZERO[x_dtype]).replace("element(base, ",
+                                                                        "element("))
+    key = ("fused_reduce", name, block.key(), dtypes, entry, first.dtype)
+    k = be.device.kernels.get(key)
+    if k is None:
+        k = compile_kernel(be.device, key, f"fused_{name}", lambda: (
+            fused_reduce_source(block, dtypes, fields), entry, ("w",) + ("r",) * len(leaves)))
+    words = [n, n_red, len(kshape), len(rshape), 0, chunks, chunk, *kshape, *rshape]
+    for x, ks, rs in zip(leaves, kstr, rstr):
+        words += [x.offset, *ks, *rs]
+    words += _scalar_words(block)
+    groups = groups_1d(n, 1) if per_group else groups_1d(n)
+    be.device.dispatch(k, (first.storage.gpu,) + tuple(x.storage.gpu for x in leaves), words,
+                       groups, be.cache)
+    if chunks > 1:  # the chunks' partial results, reduced as values
+        _reduce_dispatch(be, name, x_dtype, out, first, n_out, chunks, 0, [n_out], [chunks],
+                         [chunks], [1])
+    if not by_value:
+        out.range = (0, n_red - 1)
+    return out
 
 
 # ---- matmul -------------------------------------------------------------------------------------
