@@ -25,7 +25,7 @@ def run(script, *args):
 
 def test_every_example_has_a_readme_and_a_test():
     folders = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
-    assert folders == ["custom_wgsl_op", "mnist", "pytorch_import"]
+    assert folders == ["custom_wgsl_op", "mnist", "pytorch_import", "transformer_rows"]
     for name in folders:
         assert (EXAMPLES / name / "README.md").is_file(), name
 
@@ -36,6 +36,14 @@ def test_mnist(mnist_ready):
     assert summary.startswith("mnist: 512 train digits, 1 epoch(s)"), summary
     accuracy = float(re.search(r"test accuracy ([\d.]+)%", summary).group(1))
     assert accuracy > 20, f"no better than chance (10%) after 8 steps: {summary}"
+
+
+def test_transformer_rows(mnist_ready):
+    out = run("transformer_rows/train.py", "--limit", "1024", "--epochs", "2")
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("transformer_rows: 1024 train digits, 2 epoch(s)"), summary
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", summary).group(1))
+    assert accuracy > 15, f"no better than chance (10%) after 32 steps: {summary}"
 
 
 def test_custom_wgsl_op():
