@@ -3,10 +3,11 @@ book builds with `mkdocs build --strict` (no warnings, every internal link and a
 
 Blocks of one page run in order in one namespace, in a fresh temporary folder (files a block
 writes stay out of the checkout). A block that cannot run here starts with the line
-`# book: skip (REASON)`; each one is reported as a skipped test naming its page, line and
-reason, so `pytest -rs` lists them all.
+`# book: skip (REASON)`; each one is compiled (it must stay valid Python) and reported as a
+skipped test naming its page, line and reason, so `pytest -rs` lists them all.
 """
 
+import ast
 import os
 import re
 import subprocess
@@ -67,6 +68,10 @@ def test_page_blocks_run(page, tmp_path, monkeypatch):
 @pytest.mark.parametrize("page,line,why", SKIPPED,
                          ids=[f"{p.name}:{line}" for p, line, _ in SKIPPED])
 def test_marked_block(page, line, why):
+    # it cannot run here, but it must still be valid Python (top-level await allowed, as in
+    # the page and the playground), so that it cannot rot unseen
+    code = next(c for at, c, _ in blocks(page) if at == line)
+    compile("\n" * (line - 1) + code, str(page), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     pytest.skip(f"{page.name}:{line}: {why}")
 
 
