@@ -477,3 +477,9 @@ def test_a_buffer_over_the_device_limit_names_the_op():
         Tensor.zeros([2**40], backend=Wgpu())
     B = Wgpu()
     assert Tensor.ones([3], backend=B).sum().item() == 3  # the pool still works afterwards
+
+
+def test_create_is_the_public_way_and_natively_returns_at_once():
+    B = asyncio.run(Wgpu.create())
+    assert isinstance(B, Wgpu) and B == Wgpu()
+    assert asyncio.run(Wgpu.create(memory="exclusive")).memory == "exclusive"

@@ -52,6 +52,16 @@ class Wgpu(Backend):
         self.inplace = inplace
         self.cache = self.pool.reuse  # bind groups of pooled buffers are worth keeping
 
+    @classmethod
+    async def create(cls, *args, **kwargs):
+        """`B = await Wgpu.create()`: the public way to get a WebGPU backend. In a page it asks
+        the browser for its GPU first (once: bridge_browser.request_device); natively it
+        returns Wgpu(...) at once."""
+        if _default_bridge() == "browser" and kwargs.get("bridge") is None:
+            from . import bridge_browser
+            await bridge_browser.request_device()
+        return cls(*args, **kwargs)
+
     def __str__(self):
         return f"Wgpu<{self.device.name}>"
 
