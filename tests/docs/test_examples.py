@@ -25,7 +25,8 @@ def run(script, *args):
 
 def test_every_example_has_a_readme_and_a_test():
     folders = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
-    assert folders == ["custom_wgsl_op", "mnist", "pytorch_import", "transformer_rows"]
+    assert folders == ["custom_wgsl_op", "mnist", "onnx_import", "pytorch_import",
+                       "transformer_rows"]
     for name in folders:
         assert (EXAMPLES / name / "README.md").is_file(), name
 
@@ -56,3 +57,10 @@ def test_pytorch_import():
     pytest.importorskip("torch", reason="the file is made by PyTorch: pip install torch==2.13.0")
     out = run("pytorch_import/import_weights.py", "--steps", "5")
     assert "predictions agree" in out
+
+
+def test_onnx_import():
+    for module in ("torch", "onnx", "onnxruntime"):
+        pytest.importorskip(module, reason="the test extra: pip install -e '.[test]'")
+    out = run("onnx_import/run_onnx.py", "--size", "32", "--runs", "2")
+    assert "ember matches onnxruntime" in out
