@@ -18,7 +18,7 @@ export MESA_SHADER_CACHE_DIR ?= $(CURDIR)/.cache/mesa_shader_cache
 LINT_DIRS := $(wildcard core tests bench docs e2e)
 TEST_DIRS := tests
 
-.PHONY: venv deps data test unit e2e site demo bench lint clean kernels
+.PHONY: venv deps data test unit e2e site demo bench lint clean kernels docs
 
 venv: $(STAMP)
 
@@ -28,7 +28,7 @@ $(BIN)/python:
 
 # Rebuilt whenever pyproject.toml changes (new dependency, new extra).
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,e2e]'
+	$(BIN)/python -m pip install --quiet -e '.[test,e2e,docs]'
 	touch $@
 
 $(SITE_STAMP): pyproject.toml | $(BIN)/python
@@ -73,6 +73,11 @@ site: $(SITE_STAMP) deps
 # build needs Node/npm (Pyodide, precompiling) and clang-19 (the WebAssembly kernels): deps.
 demo: $(SITE_STAMP) deps
 	$(BIN)/ember demo
+
+# The ember book (docs/book/*.md + the API from docstrings) as static HTML in build/book, offline;
+# `make test` builds it too (tests/docs/test_book.py), and runs every code block in it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -f docs/mkdocs.yml -d $(CURDIR)/build/book
 
 bench: $(STAMP)
 	$(BIN)/ember bench
