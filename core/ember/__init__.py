@@ -1,6 +1,6 @@
 """ember: a deep-learning framework after Rust's Burn, native and in the browser."""
 
-from . import autodiff, dtype, fusion, ops
+from . import autodiff, autotune, dtype, fusion, ops
 from .autodiff import Gradients, no_grad
 from .backend import default_backend, set_default_backend
 from .capture import JitError, jit
@@ -12,8 +12,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendError", "DTypeError", "Distribution", "EmberError", "Gradients", "JitError",
-    "OutOfMemoryError", "ShapeError", "Tensor", "autodiff", "default_backend", "dtype", "fusion",
-    "jit", "no_grad", "ops", "seed", "set_default_backend",
+    "OutOfMemoryError", "ShapeError", "Tensor", "autodiff", "autotune", "default_backend", "dtype",
+    "fusion", "jit", "no_grad", "ops", "seed", "set_default_backend",
 ]
 
 
