@@ -813,7 +813,8 @@ class Tensor:
         self._prim = new._prim
 
     def gather(self, dim, indices):
-        """out[i][j] = self[indices[i][j]][j] along `dim` (torch.gather); indices as self's rank."""
+        """`out[i][j] = self[indices[i][j]][j]` along `dim` (torch.gather); indices as self's
+        rank."""
         dim = S.norm_dim("gather", dim, self.ndim)
         return _apply(prims.gather, self, _index_tensor("gather", indices, self), dim=dim)
 
