@@ -236,6 +236,8 @@ def test_fusion_names_its_stack_and_composes():
     assert ember.backend.from_name("autodiff(fusion(ndarray))") == Autodiff(Fusion(NdArray()))
     with pytest.raises(TypeError, match="expected a backend"):
         Fusion("wgpu")
+    with pytest.raises(TypeError, match="fused already"):
+        Fusion(Fusion(NdArray()))
 
 
 def test_jit_captures_and_replays_a_fused_stack(inner):

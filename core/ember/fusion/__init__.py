@@ -141,6 +141,8 @@ class Fusion(Backend):
     def __init__(self, inner, max_ops=64, max_buffers=8):
         if not isinstance(inner, Backend):
             raise TypeError(f"Fusion: expected a backend to wrap, such as Wgpu(), got {inner!r}")
+        if isinstance(inner, Fusion):
+            raise TypeError(f"Fusion: {inner} is fused already; wrap its inner backend once")
         self.inner = inner
         self.max_ops, self.max_buffers = max_ops, max_buffers
         self.dtypes = getattr(inner, "dtypes", None)  # what it holds is what inner holds
