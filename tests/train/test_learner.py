@@ -286,3 +286,50 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_earlier_one(tmp_path, mon
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names == ["ckpt-e0001-s00000005.safetensors"]
     assert train.checkpoint.load(tmp_path / "checkpoints")["step"] == 5
+
+
+# ---- data parallel on threads: Learner(devices=[...]) -----------------------------------------
+@pytest.mark.parametrize("n_devices", [2, 4])
+def test_virtual_devices_train_as_one_device_with_the_same_global_batch(n_devices):
+    from ember.backend import NdArray
+    runs = {}
+    for devices in (None, [NdArray() for _ in range(n_devices)]):
+        m = model(seed=3, dropout=0.0)  # (dropout's masks are drawn per replica)
+        # SGD, not Adam: its step is proportional to the gradient, so a wrong weighting of
+        # the shards' gradients shows
+        learner = train.Learner(m, optim.SGD(lr=0.1, momentum=0.9), dashboard=None,
+                                devices=devices)
+        train_loader, _ = loaders(batch_size=10)
+        learner.fit(train_loader, epochs=5)  # 4 batches of 10 an epoch: 20 steps
+        runs["one" if devices is None else "many"] = (weights(learner.model),
+                                                       learner.validate(loaders()[1]))
+    (w1, v1), (wn, vn) = runs["one"], runs["many"]
+    for name in w1:
+        np.testing.assert_allclose(wn[name], w1[name], rtol=2e-5, atol=2e-6, err_msg=name)
+    assert vn["Loss"] == pytest.approx(v1["Loss"], rel=1e-5)
+
+
+def test_devices_run_their_shards_on_their_own_threads(monkeypatch):
+    import threading
+
+    from ember.backend import NdArray
+    seen = set()
+    real = NdArray.execute
+
+    def spying(self, *args):
+        seen.add((id(self), threading.get_ident()))
+        return real(self, *args)
+    monkeypatch.setattr(NdArray, "execute", spying)
+    devices = [NdArray(), NdArray()]
+    learner = train.Learner(model(dropout=0.0), optimizer(), dashboard=None, devices=devices)
+    train_loader, _ = loaders(batch_size=10)
+    learner.fit(train_loader, epochs=1)
+    threads = {t for d, t in seen if d == id(devices[1])}
+    assert threads and threading.get_ident() not in threads  # replica 1 ran off the main one
+
+
+def test_devices_and_backend_together_are_refused():
+    from ember.backend import NdArray
+    with pytest.raises(ValueError, match="backend= or devices="):
+        train.Learner(model(), optimizer(), dashboard=None, backend=NdArray(),
+                      devices=[NdArray(), NdArray()])

@@ -33,6 +33,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
 
@@ -135,12 +136,14 @@ class Learner:
     extra_state: a dict stored in every checkpoint (`ember train` keeps its settings there).
     resume_hint: what to print after an interruption (default: learner.resume(...)).
     title: the dashboard's title.
+    devices: backends to train on in data parallel (one replica and thread each, see
+        _parallel_step); the first holds the model, and validation, metrics and checkpoints.
     """
 
     def __init__(self, model, optimizer, loss=None, metrics=None, dashboard="auto",
                  checkpoint_dir=None, keep_last=2, checkpoint_every=None, best_metric=None,
                  early_stopping=None, backend=None, extra_state=None, resume_hint=None,
-                 title="ember train"):
+                 title="ember train", devices=None):
         from .. import nn
         self.optimizer = optimizer
         self.loss_fn = loss if loss is not None else nn.CrossEntropyLoss()
@@ -160,6 +163,12 @@ class Learner:
         self.best_metric, self.early_stopping = best_metric, early_stopping
         self.extra_state = dict(extra_state or {})
         self.resume_hint, self.title = resume_hint, title
+        self.devices = [_autodiff(b) for b in devices] if devices else None
+        if self.devices:
+            if backend is not None:
+                raise ValueError("Learner: give backend= or devices=, not both (the model "
+                                 "trains on the first device)")
+            backend = self.devices[0]
         self.model = _on_autodiff(model, backend)
         self.history = History()
         self.epoch, self.batch, self.step, self.epochs = 0, 0, 0, None
@@ -250,21 +259,66 @@ class Learner:
         self._progress["batches"] = n
 
     def _train_step(self, batch, needs_output):
+        if self.devices and len(self.devices) > 1:
+            return self._parallel_step(batch, needs_output)
         x, y = self._inputs(batch, self._backend())
         logits = self.model(x)
         loss = self.loss_fn(logits, y)
-        value = float(loss.item())
-        if not np.isfinite(value):
-            raise FloatingPointError(
-                f"the training loss is {value} at step {self.step + 1} (epoch {self.epoch + 1}, "
-                f"batch {self.batch + 1}): training diverged (a lower learning rate?); stopped "
-                "before that step's update")
+        value = self._finite(float(loss.item()))
         lr = self.optimizer.lr
         grads = loss.backward()
         self.model = self.optimizer.step(self.model, grads)
         return StepOutput("train", value,
                           logits.to_numpy() if needs_output else None,
                           _numpy(y), int(x.shape[0]), lr)
+
+    def _finite(self, value):
+        if not np.isfinite(value):
+            raise FloatingPointError(
+                f"the training loss is {value} at step {self.step + 1} (epoch {self.epoch + 1}, "
+                f"batch {self.batch + 1}): training diverged (a lower learning rate?); stopped "
+                "before that step's update")
+        return value
+
+    def _parallel_step(self, batch, needs_output):
+        """Data parallel on threads (Burn's DDP): the batch is cut into one shard per device;
+        each replica (a clone of the model with the same param ids, on its device) computes
+        its shard's loss and gradients on its own thread (ember's gradients are values, so
+        nothing is shared); the gradients, weighted by shard size, add up to those of the whole
+        batch's mean loss, and one update on the first device's model follows, which the
+        replicas copy before the next step. Losses the mean of a batch (the default) are what
+        this weighting assumes; buffers (BatchNorm's running statistics) are the first
+        replica's."""
+        from ..optim import GradientsParams
+        if not isinstance(batch, tuple | list) or len(batch) != 2:
+            raise ValueError("Learner: each batch must be a pair (inputs, targets), got "
+                             f"{type(batch).__name__}")
+        x, y = (_numpy(v) for v in batch)
+        n = len(x)
+        cuts = [n * i // len(self.devices) for i in range(len(self.devices) + 1)]
+        shards = [(d, x[a:b], y[a:b]) for d, a, b in zip(self.devices, cuts, cuts[1:]) if b > a]
+        replicas = [self.model] + [self.model.clone().to(d) for d, _, _ in shards[1:]]
+
+        def work(i):
+            device, xs, ys = shards[i]
+            replica = replicas[i]
+            logits = replica(_tensor(xs, device))
+            loss = self.loss_fn(logits, _tensor(ys, device))
+            w = len(xs) / n
+            grads = GradientsParams.from_grads(loss.backward(), replica).map(
+                lambda k, g: g * w)
+            return float(loss.item()) * w, grads, (logits.to_numpy() if needs_output else None)
+
+        with ThreadPoolExecutor(len(shards), thread_name_prefix="ember-replica") as pool:
+            parts = list(pool.map(work, range(len(shards))))
+        value = self._finite(sum(p[0] for p in parts))
+        grads = parts[0][1]
+        for p in parts[1:]:
+            grads = grads + p[1]  # (moved to the first device's backend)
+        lr = self.optimizer.lr
+        self.model = self.optimizer.step(self.model, grads)
+        logits = np.concatenate([p[2] for p in parts]) if needs_output else None
+        return StepOutput("train", value, logits, y, n, lr)
 
     def _validate_epoch(self, loader, stop):
         metrics = self.metrics["valid"]
@@ -507,12 +561,15 @@ def _length(loader):
         return None
 
 
+def _autodiff(backend):
+    return backend if isinstance(backend, Autodiff) else Autodiff(backend)
+
+
 def _on_autodiff(model, backend):
     current = model.backend()
     if backend is None:
         backend = current
-    if not isinstance(backend, Autodiff):
-        backend = Autodiff(backend)
+    backend = _autodiff(backend)
     if current != backend:
         model.to(backend)
     return model
