@@ -299,3 +299,13 @@ def test_tui_driven_with_arrows_and_q_in_tmux(mnist_ready, tmp_path):
         assert train.checkpoint.latest(out / "checkpoints") is not None
     finally:
         _tmux("kill-session", "-t", session)
+
+
+def test_devices_trains_data_parallel(mnist_ready, tmp_path, capsys):
+    from ember import cli
+    run = tmp_path / "run"
+    assert cli.main([*SMALL, "--epochs", "1", "--devices", "2", "--out", str(run)]) == 0
+    assert (run / "model.safetensors").is_file() and (run / "history.json").is_file()
+    with pytest.raises(SystemExit) as usage:  # argparse's usage error
+        cli.main([*SMALL, "--devices", "0", "--out", str(run)])
+    assert usage.value.code == 2

@@ -59,6 +59,9 @@ def add_arguments(parser):
                              "subset: for quick trials")
     parser.add_argument("--export", default=None, metavar="PATH",
                         help="also write the final weights with ember.models' metadata")
+    parser.add_argument("--devices", type=int_range(1), default=1, metavar="N",
+                        help="train data parallel on N instances of the backend (a replica "
+                             "and a thread each; the batch is split over them)")
 
 
 def _backend(name):
@@ -146,6 +149,7 @@ def run(args):
 
     try:
         backend = _backend(args.backend)
+        devices = [backend] + [_backend(args.backend) for _ in range(args.devices - 1)]
     except BackendError as e:
         print(f"ember train: --backend: {e}", file=sys.stderr)
         return 2
@@ -168,7 +172,9 @@ def run(args):
                       dashboard=None if args.dashboard == "none" else args.dashboard,
                       checkpoint_dir=out, best_metric=("valid", "Accuracy"),
                       extra_state={"config": config}, resume_hint=command,
-                      title=f"ember train {args.dataset} ({backend})")
+                      title=f"ember train {args.dataset} ({backend}"
+                            + (f" x{len(devices)})" if len(devices) > 1 else ")"),
+                      devices=devices if len(devices) > 1 else None)
     if resume_from is not None:
         learner.resume(saved["path"])  # the file load_checkpoint chose
         if learner.epochs != config["epochs"]:  # a longer (or shorter) run: re-plan the decay
