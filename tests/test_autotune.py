@@ -66,6 +66,13 @@ def test_a_second_process_tunes_nothing_and_gets_the_same_choice(fresh):
     assert out.startswith("fast [] {'tuned': [], 'cached': ['test.family|dev|64|default,fast']}")
 
 
+def test_the_order_of_the_candidates_is_not_part_of_the_key():
+    f = Family({"default": 0.004, "fast": 0.0005})
+    f.choose()
+    g = Family({"fast": 0.0005, "default": 0.004})  # another default, the same set
+    assert g.choose() == "fast" and g.runs == []
+
+
 def test_nearby_shapes_share_a_bucket_and_a_changed_set_tunes_again():
     assert [autotune.bucket(n) for n in (0, 1, 3, 4, 5, 1000, 1024, 1025)] == [
         0, 1, 4, 4, 8, 1024, 1024, 2048]
