@@ -265,3 +265,26 @@ def test_training_a_model_on_autodiff_fusion_matches_unfused():
             model = opt.step(model, optim.GradientsParams.from_grads(loss.backward(), model))
         losses[name] = run
     np.testing.assert_allclose(losses["fused"], losses["plain"], rtol=1e-5)
+
+
+def test_an_mnist_training_step_runs_in_fewer_kernels_with_the_same_losses(inner):
+    from ember import models, nn, optim
+    rng = np.random.default_rng(0)
+    x, y = rng.random((8, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 8)
+    runs = {}
+    for name, B in (("plain", Autodiff(INNERS[inner.label]())), ("fused", Autodiff(Fusion(inner)))):
+        ember.seed(0)
+        model, opt = models.ConvNet(backend=B), optim.Adam(lr=1e-3)
+        losses = []
+        for _ in range(3):
+            with ember.fusion.trace() as t:
+                loss = nn.CrossEntropyLoss()(model(_t(x, B)), Tensor.from_data(
+                    y.astype(np.int32), backend=B))
+                model = opt.step(model, optim.GradientsParams.from_grads(loss.backward(), model))
+                losses.append(loss.item())
+                B.sync()
+        runs[name] = (losses, len(t.kernels))
+    (plain_losses, plain_kernels), (fused_losses, fused_kernels) = runs["plain"], runs["fused"]
+    np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-5)
+    # measured: 152 kernels a step op by op, 90 (NdArray) and 85 (Wgpu) fused
+    assert fused_kernels <= 0.65 * plain_kernels, (fused_kernels, plain_kernels)
