@@ -61,3 +61,16 @@ def test_an_op_without_an_onnx_form_is_named(tmp_path):
     w = Tensor.from_data(np.ones((2, 2, 3, 3), np.float32))
     with pytest.raises(eonnx.OnnxError, match="conv_transpose2d"):
         eonnx.save(lambda t: F.conv_transpose2d(t, w), tmp_path / "m.onnx", x)
+
+
+@pytest.mark.parametrize("name", models.available())
+def test_the_shipped_trained_models_export_with_equal_predictions(tmp_path, name):
+    model = models.load(name).eval()
+    x = np.random.default_rng(2).random((8, 1, 28, 28), dtype=np.float32)
+    want = model(Tensor.from_data(x)).to_numpy()
+    path = eonnx.save(model, tmp_path / f"{name}.onnx", Tensor.from_data(x))
+    (got,) = _ort(path, x)
+    back = eonnx.load(path)(Tensor.from_data(x)).to_numpy()
+    np.testing.assert_array_equal(got.argmax(1), want.argmax(1))
+    np.testing.assert_array_equal(back.argmax(1), want.argmax(1))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
