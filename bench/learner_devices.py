@@ -1,5 +1,6 @@
 """Learner(devices=[...]): data parallel on threads, samples per second of one training step
-on 1 device against 2 virtual NdArray devices (two replicas, each its own thread), the MNIST
+on 1 device (NdArray(): its ops on every core) against 2 virtual devices
+(NdArray(threads=1) each: two replicas, each its own thread and core), the MNIST
 ConvNet of ember.models at batch 64, the same weights and data. The ratio printed is time per
 step on 2 devices / on 1 (below 1.00x: the replicas' threads overlap: NumPy's BLAS, the C
 kernels and ctypes release the GIL)."""
@@ -22,7 +23,7 @@ def _learner(devices):
 def step(ctx):
     rng = np.random.default_rng(0)
     batch = (rng.random((BATCH, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, BATCH))
-    one, two = _learner(None), _learner([NdArray(), NdArray()])
+    one, two = _learner(None), _learner([NdArray(threads=1), NdArray(threads=1)])
     ours, ref = ctx.measure(lambda: two._train_step(batch, False),
                             lambda: one._train_step(batch, False))
     row = ctx.time_row(f"ConvNet train step, batch {BATCH}: 2 virtual devices vs 1", ours, ref)

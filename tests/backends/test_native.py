@@ -481,3 +481,25 @@ def test_clang_builds_them_too(tmp_path, monkeypatch):
     out = np.empty_like(x)
     built.gelu_f32(x.ctypes.data, out.ctypes.data, x.size, native._PQ.ctypes.data)
     np.testing.assert_allclose(out, exact_gelu(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+
+@needs_cc
+def test_threads_caps_the_threads_of_one_instance(lib, monkeypatch):
+    from ember import Tensor
+    from ember.backend import NdArray
+    from ember.nn import functional as F
+    monkeypatch.setattr(native, "THREADS", 2)
+    monkeypatch.setattr(native, "MIN_PARALLEL_MACS", 0)
+    parts = []
+    real = native._parallel
+    monkeypatch.setattr(native, "_parallel", lambda fn, n, k: parts.append(k) or real(fn, n, k))
+    x, w, _, _ = conv_case(4, 8, 16, (12, 12), (3, 3), ((0, 0), (0, 0)), (1, 1))
+    outs = {}
+    for threads in (None, 1):
+        B = NdArray(threads=threads)
+        assert (B.kernels is native.KERNELS) == (threads is None)
+        parts.clear()
+        outs[threads] = F.conv2d(Tensor.from_data(x, backend=B), Tensor.from_data(
+            w, backend=B)).to_numpy()
+        assert parts == [2 if threads is None else 1], parts
+    np.testing.assert_allclose(outs[1], outs[None], rtol=1e-5, atol=1e-5)

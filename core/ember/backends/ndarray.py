@@ -64,16 +64,17 @@ def _keep_heap():
         pass
 
 
-def compiled_kernels():
+def compiled_kernels(threads=None):
     """The compiled kernel set "auto" means here: WebAssembly SIMD inside Pyodide (EMBER_WASM=0
-    opts out), C compiled on first use natively (EMBER_NATIVE=0 opts out), else NumPy's."""
+    opts out), C compiled on first use natively (EMBER_NATIVE=0 opts out; `threads` caps the
+    threads its ops use), else NumPy's."""
     if sys.platform == "emscripten":
         if os.environ.get("EMBER_WASM", "1") != "0":
             from . import wasm
             return wasm.KERNELS
     elif os.environ.get("EMBER_NATIVE", "1") != "0":
         from . import native
-        return native.KERNELS
+        return native.KERNELS if threads is None else native.Native(threads)
     return _kernels.NUMPY
 
 
@@ -115,14 +116,15 @@ class NdArray(Backend):
     """The NumPy backend. `kernels`: "auto" (ember's compiled kernels where they exist: see
     compiled_kernels; each loads on first use), "numpy" (NumPy alone), or a kernels.Kernels
     set; per instance, so instances with different choices run side by side.
-    `inplace=False` turns the ownership optimisation off. The first one made sets glibc's
-    malloc to keep freed memory (see _keep_heap)."""
+    `inplace=False` turns the ownership optimisation off. `threads`: at most this many
+    threads for one op of the native kernels (data-parallel replicas: one each). The first one
+    made sets glibc's malloc to keep freed memory (see _keep_heap)."""
 
-    def __init__(self, kernels="auto", inplace=True):
+    def __init__(self, kernels="auto", inplace=True, threads=None):
         if isinstance(kernels, _kernels.Kernels):
             self.kernels = kernels
         elif kernels in ("auto", "numpy"):
-            self.kernels = compiled_kernels() if kernels == "auto" else _kernels.NUMPY
+            self.kernels = compiled_kernels(threads) if kernels == "auto" else _kernels.NUMPY
         else:
             raise BackendError(f"NdArray: kernels must be 'auto' or 'numpy' (or a Kernels set), "
                                f"got {kernels!r}")

@@ -249,6 +249,9 @@ class Native(kernels.Kernels):
 
     name = "native"
 
+    def __init__(self, threads=None):
+        self.threads = threads  # at most this many of the pool's threads per op (None: all)
+
     def matmul(self, a, b):
         return matmul(a, b) if _ready() else np.matmul(a, b)
 
@@ -289,9 +292,16 @@ _pool = None
 MIN_PARALLEL_MACS = 1 << 22
 
 
+def _threads():
+    """The threads an op may use: the pool's, or fewer where the active kernel set says so
+    (NdArray(threads=1): data-parallel replicas, each on its own core)."""
+    limit = getattr(kernels.active(), "threads", None)
+    return THREADS if limit is None else max(1, min(THREADS, limit))
+
+
 def _parts(n, macs):
     """Into how many parts (threads) to cut a batch of n images costing `macs`."""
-    return min(THREADS, n) if macs >= MIN_PARALLEL_MACS else 1
+    return min(_threads(), n) if macs >= MIN_PARALLEL_MACS else 1
 
 
 def _parallel(fn, n, k):
@@ -365,12 +375,13 @@ def matmul(a, b):
 
 def _matmul(a, b):
     (m, k), n = a.shape[-2:], b.shape[-1]
-    if THREADS == 1 or a.dtype != b.dtype or m * n * k < MIN_PARALLEL_GEMM or (
+    threads = _threads()
+    if threads == 1 or a.dtype != b.dtype or m * n * k < MIN_PARALLEL_GEMM or (
             b.shape[-2] != k):
         return np.matmul(a, b)  # (a mismatch: NumPy's own error)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     out = np.empty(batch + (m, n), a.dtype)
-    if batch and batch[0] >= THREADS:  # whole products per thread: a slice of the batch each
+    if batch and batch[0] >= threads:  # whole products per thread: a slice of the batch each
         def first(x):  # x's part along the batch's first dim (all of x where it broadcasts)
             whole = x.ndim - 2 < len(batch) or x.shape[0] == 1
             return (lambda i0, i1: x) if whole else (lambda i0, i1: x[i0:i1])
@@ -387,7 +398,7 @@ def _matmul(a, b):
         def part(_, i0, i1):
             np.matmul(a, b[..., i0:i1], out=out[..., i0:i1])
         size = n
-    _parallel(part, size, min(THREADS, size))
+    _parallel(part, size, min(threads, size))
     return out
 
 
