@@ -7,7 +7,6 @@ Everything else here (softmax, gelu, clamp, mean, stack, ...) is a composite of 
 it needs no backend work and Autodiff differentiates it for free.
 """
 
-import dis
 import math
 import sys
 import threading
@@ -66,56 +65,33 @@ def _host(what):
 
 # ---- ownership: which tensors only a temporary expression refers to -----------------------
 #
-# In `((x / c).erf() + 1) * x` the intermediate tensors are referenced by the expression being
-# evaluated and nothing else: their buffers can be reused for the next result. A tensor is
-# "unshared" when its reference count is no higher than that of a temporary on the same call
-# path. `_donatable` is only ever reached as `method(self, ...) -> _elementwise/_apply(op, a,
-# ...) -> _donatable(a)`: internal code must not call _elementwise/_apply with a tensor it
-# reads afterwards (call the public method instead).
+# In `((x / c).erf() + 1).sqrt()` the intermediate tensors are referenced by the expression
+# being evaluated and nothing else: their buffers can be reused for the next result. A tensor
+# is "unshared" when its reference count is below that of any tensor a name, container or
+# closure refers to, on every way a Tensor method is entered. `_donatable` is only ever
+# reached as `method(self, ...) -> _elementwise/_apply(op, a, ...) -> _take(a)`: internal code
+# must not call _elementwise/_apply with a tensor it reads afterwards (call the public method
+# instead).
 #
-# The count of a temporary depends on how the method was entered: through an operator
-# (`a + b`: the caller's stack keeps its reference while the slot calls us) or through a call
-# (`a.exp()`: CPython moves the reference into the callee's frame). So the caller's current
-# instruction picks the path, and each (site, path) has its own threshold, calibrated at
-# import (bottom of this file) from a named and a temporary tensor, so that a tensor that any
-# name, container or closure refers to can never pass. Paths entered from C code (sum(),
-# map()) are classed as calls, the strictest threshold, since their Python frame is at a CALL.
+# The limit is measured at import (bottom of this file), from the counts that named and
+# temporary tensors show on method calls (`t.exp()`) and operators (`t + 1`); nothing reads
+# frames or bytecode. A temporary reached through a call moves its reference into the method,
+# so it counts one less than any named tensor and is donated. One reached through an operator
+# keeps a reference on the caller's stack and counts as much as a named tensor reached through
+# a call, so the eager Tensor API cannot tell it apart and leaves it alone: operator chains
+# reuse buffers where ownership is known instead, in ember.jit's replay (an intermediate's last
+# use) and in Fusion's blocks (no intermediate is written at all).
 
-_UNSHARED = {}  # (site, path) -> highest reference count of an unshared tensor; absent: never
-_PATHS = {}     # (code, offset) -> "call" | "operator", a cache of the caller's instruction
-_CACHE = dis.opmap.get("CACHE", -1)
-# instructions that call a Tensor operator through a C slot; anything else (CALL, FOR_ITER
-# driving map(), UNPACK_SEQUENCE, ...) is classed as a call, the stricter threshold
-_OPERATORS = {"BINARY_OP", "COMPARE_OP", "UNARY_NEGATIVE", "UNARY_INVERT"}
+_UNSHARED = -1  # the highest reference count of an unshared tensor; -1: donation is off
 
 
-def _path(frame):
-    if frame is None:
-        return "call"
-    key = (frame.f_code, frame.f_lasti)
-    path = _PATHS.get(key)
-    if path is None:
-        if len(_PATHS) > 4096:
-            _PATHS.clear()  # code objects of exec'd snippets must not pile up
-        code, at = frame.f_code.co_code, frame.f_lasti
-        while at > 0 and code[at] == _CACHE:  # f_lasti may point into the inline caches
-            at -= 2
-        path = _PATHS[key] = "operator" if dis.opname[code[at]] in _OPERATORS else "call"
-    return path
+def _donatable(t):
+    return sys.getrefcount(t) <= _UNSHARED
 
 
-def _donatable(t, site):
-    # frames: _donatable <- _take <- _elementwise/_apply <- the Tensor method <- its caller
-    try:
-        frame = sys._getframe(4)
-    except ValueError:  # called straight from C (a thread start, JavaScript): no donation
-        return False
-    return sys.getrefcount(t) <= _UNSHARED.get((site, _path(frame)), -1)
-
-
-def _take(t, op, pos, site):
+def _take(t, op, pos):
     """The prim of input `t` at position `pos`, stolen from `t` if the op may reuse it."""
-    if pos in op.donors and _donatable(t, site):
+    if pos in op.donors and _donatable(t):
         prim, t._prim = t._prim, None
         return prim
     return t._prim
@@ -184,18 +160,18 @@ def _elementwise(op, a, b=_NO):
     if isinstance(a, Tensor) and a.dtype in op.native:
         backend, dtype, shape = a.backend, a.dtype, a.shape
         if b is _NO:
-            prims = [_take(a, op, 0, "elementwise")]
+            prims = [_take(a, op, 0)]
         elif isinstance(b, Tensor):
             if b.dtype == dtype and b.backend is backend:
                 if b.shape != shape:
                     shape = S.broadcast(op.name, shape, b.shape)
-                prims = [_take(a, op, 0, "elementwise"), _take(b, op, 1, "elementwise")]
+                prims = [_take(a, op, 0), _take(b, op, 1)]
         elif (type(b) is float or type(b) is int) and dtype[0] == "f":
-            prims = [_take(a, op, 0, "elementwise"), b]
+            prims = [_take(a, op, 0), b]
     elif isinstance(b, Tensor) and b.dtype in op.native and b.dtype[0] == "f" and (
             type(a) is float or type(a) is int):
         backend, dtype, shape = b.backend, b.dtype, b.shape
-        prims = [a, _take(b, op, 1, "elementwise")]
+        prims = [a, _take(b, op, 1)]
     if prims is None:
         return _promoting(op, a, b)
     out_dtype = "bool" if op.kind == COMPARE else dtype
@@ -264,7 +240,7 @@ def _apply(op, x, *rest, **attrs):
     else:
         shape = op.shape(x.shape, **attrs)
         dtype = op.out_dtype(x.dtype, **attrs)
-    prims = [_take(x, op, 0, "apply")]
+    prims = [_take(x, op, 0)]
     prims += [t._prim if isinstance(t, Tensor) else t for t in rest]
     try:
         prim = _execute(x.backend, op, prims, attrs, shape, dtype)
@@ -987,42 +963,47 @@ class _Probe(Backend):
 
 
 def _calibrate():
-    """Set each (site, path) threshold from the counts that named and temporary tensors show
-    there; where a temporary cannot be told apart from a named tensor, donation stays off."""
-    global _donatable
-    real, seen = _donatable, {}
+    """Set _UNSHARED from the counts that named and temporary tensors show at `_take` (the
+    probe below stands in for `_donatable` while it runs); where a temporary reached through a
+    call cannot be told apart from every named tensor, donation stays off."""
+    global _donatable, _UNSHARED
+    real, seen = _donatable, []
 
-    def record(t, site):
-        key = (site, _path(sys._getframe(4)))
-        seen.setdefault(key, []).append(sys.getrefcount(t))
+    def record(t):
+        seen.append(sys.getrefcount(t))  # as _donatable would count: same frames, same args
         return False
 
     def fresh():
         return Tensor(np.zeros(1, np.float32), _Probe(), (1,), "float32")
 
-    def run_all(make):
+    def calls(make):
         seen.clear()
-        _ = -make(), make() + 1, 1 + make(), make() * make()        # operators
         _ = make().exp(), make().add(1), make().__add__(1), make().mask_where(mask, 0)
-        return {k: list(v) for k, v in seen.items()}
+        return list(seen)
+
+    def operators(make):
+        seen.clear()
+        _ = -make(), make() + 1, 1 + make(), make() * make()
+        return list(seen)
+
+    def local_named(run):  # a function's local variable, the commonest name of all
+        t = fresh()
+        return run(lambda: t)
 
     mask = Tensor(np.zeros(1, bool), _Probe(), (1,), "bool")
     _donatable = record
     try:
-        named = fresh()
-        named_counts = run_all(lambda: named)
-        temp_counts = run_all(fresh)
+        cell = fresh()
+        named = (calls(lambda: cell) + operators(lambda: cell) + local_named(calls)
+                 + local_named(operators))
+        temporary = calls(fresh)
+        operator_temporary = operators(fresh)
     finally:
         _donatable = real
-    expected = {("elementwise", "operator"), ("elementwise", "call"), ("apply", "call")}
-    if set(named_counts) != expected or set(temp_counts) != expected:
-        return named_counts, temp_counts  # an interpreter we do not understand: no donation
-    for key in expected:
-        # any tensor that a name refers to shows at least min(named) references here
-        limit = min(named_counts[key]) - 1
-        if max(temp_counts[key]) <= limit:
-            _UNSHARED[key] = limit
-    return named_counts, temp_counts
+    limit = min(named) - 1  # any tensor a name refers to counts at least min(named)
+    if max(temporary) <= limit:
+        _UNSHARED = limit
+    return dict(named=named, temporary=temporary, operator_temporary=operator_temporary)
 
 
 _CALIBRATION = _calibrate()
