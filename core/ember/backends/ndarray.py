@@ -135,17 +135,14 @@ class NdArray(Backend):
         return "NdArray<cpu>"
 
     def execute(self, op, inputs, attrs, shape, dtype):
-        chosen = _kernels.ACTIVE.set(self.kernels)
-        try:
-            if _ERRSTATE is None:
-                with np.errstate(all="ignore"):
-                    return self._execute(op, inputs, attrs, shape, dtype)
-            token = _ERRSTATE.set(_QUIET)
-            try:
+        if _ERRSTATE is None:
+            with np.errstate(all="ignore"), _kernels.using(self.kernels):
                 return self._execute(op, inputs, attrs, shape, dtype)
-            finally:
-                _ERRSTATE.reset(token)
+        chosen, quiet = _kernels.ACTIVE.set(self.kernels), _ERRSTATE.set(_QUIET)
+        try:
+            return self._execute(op, inputs, attrs, shape, dtype)
         finally:
+            _ERRSTATE.reset(quiet)
             _kernels.ACTIVE.reset(chosen)
 
     def fuse(self, block):
@@ -162,15 +159,16 @@ class NdArray(Backend):
     def _execute(self, op, inputs, attrs, shape, dtype):
         if op.kind != MOVEMENT:  # (views launch nothing)
             launched((op.name,))
-        if self.inplace and op.donors:
+        if op.donors and self.inplace:
             for i in op.donors:
                 if i >= len(inputs):
                     break
-                if sole_owner(inputs, i):
-                    x = inputs[i]
-                    if (type(x) is np.ndarray and x.shape == shape and x.base is None
-                            and x.flags.writeable and x.dtype == dtype):
-                        return op.np(*inputs, out=x, **attrs)
+                x = inputs[i]  # (the cheap checks first; sole_owner counts x's references)
+                if (type(x) is np.ndarray and x.base is None and x.shape == shape
+                        and x.dtype == dtype and x.flags.writeable):
+                    del x
+                    if sole_owner(inputs, i):
+                        return op.np(*inputs, out=inputs[i], **attrs)
         out = op.np(*inputs, **attrs)
         # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
         return out if type(out) is np.ndarray else np.asarray(out)

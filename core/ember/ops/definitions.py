@@ -165,7 +165,7 @@ def _sum_np(x, dims):
                              f"{S.fmt(x.shape)} reaches {int(np.abs(wide).max())}, outside "
                              "int32's range; .cast('int64') (or 'float32') before summing")
         return wide.astype(np.int32)
-    if 0 in dims and len(dims) > 1:
+    if 0 in dims and len(dims) > 1 and x.size >= 1 << 16:
         # the leading dim first, as whole planes added one after another, then the rest of
         # one plane: NumPy given (0, 2, 3) of [N, C, H, W] at once (batch norm, bias
         # gradients) runs ~2x slower
