@@ -268,3 +268,16 @@ def test_jit_replays_on_torch(B):
     want = model(x).to_numpy()
     for _ in range(4):  # captured from the third call on
         np.testing.assert_allclose(fast(x).to_numpy(), want, rtol=1e-6, atol=1e-7)
+
+
+def test_trace_counts_torch_kernels(B):
+    """ember.fusion.trace() sees what Torch launched (views launch nothing), also under
+    Fusion(Torch()), which has no fused kernels for Torch and runs each op as it comes."""
+    from ember.backend import Fusion
+    for backend in (B, Fusion(B)):
+        x = Tensor.from_data(data((3, 4)), backend=backend)
+        with ember.fusion.trace() as t:
+            y = (x * 0.5 + 1).reshape(12).sum()
+            backend.sync()
+        assert [k.ops for k in t.kernels] == [("mul",), ("add",), ("sum",)], t
+        np.testing.assert_allclose(y.to_numpy(), (data((3, 4)) * 0.5 + 1).sum(), rtol=1e-6)

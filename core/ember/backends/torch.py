@@ -33,7 +33,8 @@ import numpy as np
 from ..backend.base import Backend, sole_owner
 from ..dtype import DTYPES
 from ..errors import BackendError
-from ..ops import BINARY, COMPARE, LINALG, OPS, SOURCE, UNARY
+from ..fusion import launched
+from ..ops import BINARY, COMPARE, LINALG, MOVEMENT, OPS, SOURCE, UNARY
 from ..ops.definitions import _check_index
 
 torch = F = None  # imported by _load(), when the first Torch() is made
@@ -81,6 +82,8 @@ class Torch(Backend):
             raise BackendError(f"Torch: no kernel for op {op.name!r}; add one to KERNELS in "
                                "ember/backends/torch.py")
         want = TORCH_DTYPES[dtype]
+        if op.kind != MOVEMENT:  # (views launch nothing)
+            launched((op.name,))
         if self.inplace and op.donors:
             for i in op.donors:
                 if i >= len(inputs):
