@@ -193,6 +193,25 @@ function canInstallUnpacked(pyodide) {
 // for a worker); by default boot fetches them itself once the runtime is up. A failure there falls
 // back to loadPackage. progress(stage, message); stdout/stderr(text) receive raw text as Python
 // writes it.
+// ember's caches (~/.cache/ember: ember.autotune's choices) live in IndexedDB, so a second visit
+// tunes nothing: the folder is mounted from it before ember is imported, and written back after
+// each run (a walk over a few small files). Where IndexedDB is missing (some private windows),
+// the cache lasts one visit.
+const CACHE_DIR = "/home/pyodide/.cache/ember";
+
+async function mountCache(FS) {
+  const sync = (populate) => new Promise((resolve, reject) =>
+    FS.syncfs(populate, (e) => (e ? reject(e) : resolve())));
+  try {
+    FS.mkdirTree(CACHE_DIR);
+    FS.mount(FS.filesystems.IDBFS, {}, CACHE_DIR);
+    await sync(true);
+  } catch (e) {
+    return async () => {};
+  }
+  return () => sync(false).catch(() => {});
+}
+
 export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, progress = () => {},
                              stdout = () => {}, stderr = () => {} }) {
   const t0 = performance.now();
@@ -212,6 +231,7 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
   const pyodide = await loadPyodide({ indexURL, fullStdLib: false });
   pyodide.setStdout(writer(stdout));
   pyodide.setStderr(writer(stderr));
+  const persist = await mountCache(pyodide.FS);
   mark("runtime");
 
   progress("packages", "loading numpy and ember");
@@ -252,7 +272,8 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
     const out = await runner(code, filename, fresh);
     const [ok, value] = out.toJs();
     out.destroy();
+    await persist();
     return ok ? { ok, result: value ?? null } : { ok, error: value };
   }
-  return { pyodide, run, versions, timings };
+  return { pyodide, run, persist, versions, timings };
 }

@@ -7,7 +7,8 @@ device's identity and the shape fields that matter, rounded to powers of two so 
 share a result) runs every candidate on that call's inputs, drops any that fails or disagrees
 with the default, and keeps the fastest. The choice is written to a JSON file under
 EMBER_CACHE_DIR (default ~/.cache/ember), keyed also by the candidate set, so a second process
-tunes nothing and a changed set tunes again.
+tunes nothing and a changed set tunes again. In a page that folder is mounted from IndexedDB
+(web/boot.js), so a second visit tunes nothing either.
 
     EMBER_AUTOTUNE=0        default kernels, nothing measured or written
     EMBER_AUTOTUNE_LOG=1    a line on stderr per key tuned
