@@ -27,6 +27,7 @@ only then: ember itself never needs it (pip install ember[torch]).
 """
 
 import re
+import warnings
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from ..backend.base import Backend, sole_owner
 from ..dtype import DTYPES
 from ..errors import BackendError
 from ..fusion import launched
-from ..ops import BINARY, COMPARE, LINALG, MOVEMENT, OPS, SOURCE, UNARY
+from ..ops import BINARY, COMPARE, INDEX, LINALG, MOVEMENT, OPS, SOURCE, UNARY
 from ..ops.definitions import _check_index
 
 torch = F = None  # imported by _load(), when the first Torch() is made
@@ -129,6 +130,60 @@ class Torch(Backend):
     def sync(self):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def compile(self, steps, table, inputs, outputs):
+        """ember.jit's plan as one CUDA graph: captured on its first replay, then each replay
+        copies the arguments in and launches the whole plan at once, no Python per op. Plans
+        with an index op (which checks its indices on the host, and a graph cannot wait for
+        the host) replay op by op, as every plan does on the CPU."""
+        if self.device.type != "cuda" or any(step.op.kind == INDEX for step in steps):
+            return None
+        return _Graph(self, steps, table, len(inputs), outputs).run
+
+
+class _Graph:
+    def __init__(self, backend, steps, table, n_inputs, outputs):
+        self.backend, self.steps, self.table = backend, steps, table
+        self.n_inputs, self.outputs = n_inputs, outputs
+        self.graph, self.failed = None, False
+
+    def _run(self, values):
+        execute = self.backend.execute
+        for op, ins, attrs, shape, dtype, out in self.steps:
+            values[out] = execute(op, [values[s] for s in ins], attrs, shape, dtype)
+
+    def _capture(self, inputs):
+        # the graph reads its arguments from buffers of its own; warmed up on a side stream
+        # first, so cuBLAS and cuDNN set up their workspaces outside the capture
+        self.static = [x.clone() for x in inputs]
+        values = list(self.table)
+        values[:self.n_inputs] = self.static
+        side = torch.cuda.Stream(self.backend.device)
+        side.wait_stream(torch.cuda.current_stream(self.backend.device))
+        with torch.cuda.stream(side):
+            self._run(list(values))
+        torch.cuda.current_stream(self.backend.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._run(values)
+        self.graph, self.values = graph, values
+
+    def run(self, inputs):
+        if self.graph is None:
+            if self.failed:
+                return None
+            try:
+                self._capture(inputs)
+            except Exception as e:  # noqa: BLE001 (an op torch cannot capture: op by op)
+                self.failed = True
+                warnings.warn(f"Torch: ember.jit's plan cannot be a CUDA graph ({e}); it "
+                              "replays op by op", RuntimeWarning, stacklevel=3)
+                return None
+        for static, x in zip(self.static, inputs):
+            static.copy_(x)
+        self.graph.replay()
+        # the graph's buffers are overwritten by the next replay: results are copies
+        return {s: self.values[s].clone() for s in self.outputs}
 
 
 def _load():
