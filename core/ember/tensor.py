@@ -233,10 +233,10 @@ def _apply(op, x, *rest, **attrs):
     # references on every path, so no tuple or loop variable holds x at that point
     if rest:
         _backend_of(op.name, (x,) + rest)
-        shape = op.shape(x.shape, *(t.shape if isinstance(t, Tensor) else () for t in rest),
+        shape = op.shape(x.shape, *[t.shape if isinstance(t, Tensor) else () for t in rest],
                          **attrs)
-        dtype = op.out_dtype(x.dtype, *(t.dtype if isinstance(t, Tensor) else None
-                                        for t in rest), **attrs)
+        dtype = op.out_dtype(x.dtype, *[t.dtype if isinstance(t, Tensor) else None
+                                        for t in rest], **attrs)
     else:
         shape = op.shape(x.shape, **attrs)
         dtype = op.out_dtype(x.dtype, **attrs)
@@ -600,7 +600,10 @@ class Tensor:
         out = _apply(op, x, dims=dims)
         if keepdim:
             return out
-        return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims))
+        shape = tuple([s for i, s in enumerate(self.shape) if i not in dims])
+        # the reduced dims have size 1: dropping them is a reshape that needs no checking
+        return Tensor(_execute(out.backend, _RESHAPE, [out._prim], {"shape_to": shape}, shape,
+                               out.dtype), out.backend, shape, out.dtype)
 
     def sum(self):
         """Sum of all elements, as a 0-d tensor."""
@@ -824,6 +827,9 @@ class Tensor:
     def matmul(self, other):
         """Matrix product with NumPy's rules: batch dims broadcast, 1-D operands become a row
         (left) or a column (right) and that dim is dropped from the result."""
+        if (type(other) is Tensor and len(self.shape) > 1 and len(other.shape) > 1
+                and self.dtype == other.dtype != "bool"):
+            return _apply(prims.matmul, self, other)  # the common case: no promotion, no 1-D
         if not isinstance(_operand("matmul", other), Tensor):
             raise DTypeError(f"matmul: expected a Tensor, got {type(other).__name__}; use * "
                              "to scale by a number")
