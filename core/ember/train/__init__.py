@@ -11,7 +11,7 @@ checkpoints that survive Ctrl-C, and resume.
 
 from . import checkpoint
 from .checkpoint import CheckpointError
-from .dashboard import Dashboard, NoDashboard, PlainDashboard, make_dashboard
+from .dashboard import Dashboard, JsonDashboard, NoDashboard, PlainDashboard, make_dashboard
 from .history import History
 from .learner import EarlyStopping, Learner
 from .metrics import (
@@ -28,6 +28,7 @@ from .plot import write_curves_png
 
 __all__ = [
     "Accuracy", "CheckpointError", "CpuUse", "Dashboard", "EarlyStopping", "History",
-    "LearningRate", "Learner", "Loss", "MemoryUse", "Metric", "NoDashboard", "PlainDashboard",
-    "StepOutput", "TopKAccuracy", "checkpoint", "make_dashboard", "write_curves_png",
+    "JsonDashboard", "LearningRate", "Learner", "Loss", "MemoryUse", "Metric", "NoDashboard",
+    "PlainDashboard", "StepOutput", "TopKAccuracy", "checkpoint", "make_dashboard",
+    "write_curves_png",
 ]

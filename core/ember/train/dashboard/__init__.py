@@ -4,6 +4,8 @@
              left/right switch metric, up/down switch recent/full history, progress and ETA,
              `q` stops (like Ctrl-C: checkpoint, then return)
     "plain"  progress lines, for logs and CI; chosen by "auto" when stdout is not a terminal
+    "json"   one JSON object per line, for programs that draw their own (the training page,
+             /demos/train/, draws its curves from them)
     None     nothing
 
 A dashboard gets `start(learner)`, `step(learner, split)` after every batch,
@@ -11,10 +13,13 @@ A dashboard gets `start(learner)`, `step(learner, split)` after every batch,
 `stop_requested` to ask the learner to stop.
 """
 
+import json
+import math
 import sys
 import time
 
-__all__ = ["Dashboard", "NoDashboard", "PlainDashboard", "format_seconds", "make_dashboard"]
+__all__ = ["Dashboard", "JsonDashboard", "NoDashboard", "PlainDashboard", "format_seconds",
+           "make_dashboard"]
 
 
 def format_seconds(seconds):
@@ -114,6 +119,48 @@ class PlainDashboard(Dashboard):
         self._print(text)
 
 
+class JsonDashboard(Dashboard):
+    """One JSON object per line on `file` (stdout): {"event": "start", epochs, train_batches,
+    valid_batches, step}, {"event": "step", epoch, batch, batches, step, elapsed, eta_total,
+    metrics: {name: value}} after every `every`-th train batch (and an epoch's last),
+    {"event": "epoch", epoch, seconds, train: {...}, valid: {...}} and {"event": "message",
+    text}. Values that are not finite are null."""
+
+    def __init__(self, file=None, every=1):
+        self.file, self.every = file, max(1, int(every))
+
+    def _emit(self, event, **fields):
+        line = json.dumps({"event": event, **_finite(fields)}, allow_nan=False)
+        print(line, file=self.file or sys.stdout, flush=True)
+
+    def start(self, learner):
+        p = learner.progress()
+        self._emit("start", epochs=p["epochs"], train_batches=p["train_batches"],
+                   valid_batches=p["valid_batches"], step=learner.step)
+
+    def step(self, learner, split):
+        p = learner.progress()
+        if split != "train" or (p["batch"] % self.every and p["batch"] != p["batches"]):
+            return
+        self._emit("step", epoch=p["epoch"], batch=p["batch"], batches=p["batches"],
+                   step=p["step"], elapsed=p["elapsed"], eta_total=p["eta_total"],
+                   metrics={m.name: m.value() for m in learner.metrics["train"]})
+
+    def epoch_end(self, epoch, summary, seconds):
+        self._emit("epoch", epoch=epoch, seconds=seconds, **summary)
+
+    def message(self, text):
+        self._emit("message", text=text)
+
+
+def _finite(value):
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def _fmt(learner, name, value):
     if learner is not None:
         for m in learner.metric_types:
@@ -132,10 +179,12 @@ def make_dashboard(spec):
         spec = "tui" if _tui_possible() else "plain"
     if spec == "plain":
         return PlainDashboard()
+    if spec == "json":
+        return JsonDashboard()
     if spec == "tui":
         from .tui import TuiDashboard
         return TuiDashboard()
-    raise ValueError(f"dashboard must be 'tui', 'plain', 'auto', None or a Dashboard, got "
+    raise ValueError(f"dashboard must be 'tui', 'plain', 'json', 'auto', None or a Dashboard, got "
                      f"{spec!r}")
 
 
