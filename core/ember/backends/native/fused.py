@@ -278,6 +278,8 @@ LIBS = ("-lm",)
 def _layout(shape, arrays):
     """(dims, strides per leaf in elements) of the block's shape with its dims merged where
     every leaf allows and size-1 dims dropped; None if a stride is not whole elements."""
+    if all(x.shape == shape and x.flags.c_contiguous for x in arrays):
+        return [math.prod(shape)], [[1] for _ in arrays]  # (the common case, at once)
     per = []
     for x in arrays:
         if x.shape != shape:
@@ -322,16 +324,26 @@ def _scalar(value, dtype):
 
 _P, _I64 = ctypes.c_void_p, ctypes.c_longlong
 _lock = threading.Lock()
-_kernels = {}  # signature -> [the loaded function or None (False: failed), elements run]
+# signature -> [its loaded function (None: not yet, False: never), elements run, the dtype of
+# each of its scalars in order]
+_kernels = {}
 counters = {"compiled": 0, "loaded": 0, "runs": 0}  # (tests and benchmarks read these)
 
 
-def _function(signature, block, leaf_dtypes, walks, size):
-    """The kernel of `signature`: loaded (compiled first where due), or None (not yet due,
-    no C form, or its compiler failed)."""
+def _state(signature, block, leaf_dtypes):
     state = _kernels.get(signature)
     if state is None:
-        state = _kernels[signature] = [None, 0]
+        typed = _typed(block, leaf_dtypes)
+        scalar_dtypes = [] if typed is None else [
+            dt for n, ins in zip(block.nodes, typed) for i, dt in zip(n.inputs, ins)
+            if type(i) is not tuple]
+        state = _kernels[signature] = [None if typed else False, 0, scalar_dtypes]
+    return state
+
+
+def _function(state, block, leaf_dtypes, walks, size):
+    """The kernel of a signature's `state`: loaded (compiled first where due), or None (not
+    yet due, no C form, or its compiler failed)."""
     if state[0] is not None:
         return state[0] or None
     state[1] += size
@@ -373,25 +385,20 @@ def fuse(block):
         return None
     dims, strides = layout
     walks = tuple("c" if st[-1] == 1 else "b" if st[-1] == 0 else "s" for st in strides)
-    leaf_dtypes = tuple(x.dtype.name for x in leaves)
     try:
-        signature = (block.key(), leaf_dtypes, walks)
-        hash(signature)
+        signature = (block.key(), tuple(x.dtype for x in leaves), walks)
+        state = _kernels.get(signature)
     except TypeError:  # an unhashable attribute: no kernel for it
         return None
-    scalars = []
-    if any(type(i) is not tuple for n in block.nodes for i in n.inputs):
-        typed = _typed(block, leaf_dtypes)
-        if typed is None:
-            return None
-        for n, ins in zip(block.nodes, typed):
-            for i, dt in zip(n.inputs, ins):
-                if type(i) is not tuple:
-                    arg = _scalar(i, dt)
-                    if arg is None:
-                        return None
-                    scalars.append(arg)
-    fn = _function(signature, block, leaf_dtypes, walks, size)
+    if state is None:
+        state = _state(signature, block, tuple(x.dtype.name for x in leaves))
+    if state[0] is False:
+        return None
+    values = [i for n in block.nodes for i in n.inputs if type(i) is not tuple]
+    scalars = [_scalar(v, dt) for v, dt in zip(values, state[2])]
+    if None in scalars:
+        return None
+    fn = state[0] or _function(state, block, tuple(x.dtype.name for x in leaves), walks, size)
     if fn is None:
         return None
     outs = [np.empty(shape, block.nodes[j].dtype) for j in block.outputs]
