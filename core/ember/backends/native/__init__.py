@@ -23,6 +23,9 @@ spinning, so a convolution split over two threads ran at the speed of one (measu
 GEMMs (a large one split over the pool instead) and gives it its thread count back after: its
 workers never get ember's work, and NumPy code outside ember keeps OpenBLAS as it was.
 
+Under Fusion(NdArray()), each fused chain of elementwise ops becomes a C kernel of its own,
+generated from the ops' C expressions, compiled and cached the same way (fused.py).
+
 Like the WebAssembly kernels inside Pyodide (backends/wasm), this is a set of
 ember.ops.kernels (KERNELS, a `Native`), which NdArray(kernels="auto") runs with; `status()`
 says what is in use and why.
