@@ -409,7 +409,6 @@ def fuse(block):
         *[x.ctypes.data for x in leaves], *[o.ctypes.data for o in outs])
     sc = b"".join(scalars) or b"\0" * 8
     args = (rank, shape_arg.ctypes.data, stride_arg.ctypes.data, ptrs, sc)
-    # (a 0-d leaf broadcast: its data pointer is its one element's, as broadcast_to's would be)
     chunks = -(-size // 64)  # parts start on 64 elements: whole cache lines of float32
     parts = min(_threads(), max(1, size // MIN_PARALLEL))
     if parts == 1:
