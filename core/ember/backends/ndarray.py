@@ -146,11 +146,16 @@ class NdArray(Backend):
             _kernels.ACTIVE.reset(chosen)
 
     def fuse(self, block):
-        """A chain of elementwise ops (an ember.fusion Block) in one pass over cache-sized
-        tiles: each op reads and writes a tile that stays in cache, where op by op every
+        """A chain of elementwise ops (an ember.fusion Block) in one pass: natively one C
+        kernel generated for the block (backends/native/fused.py), else over cache-sized
+        tiles, each op reading and writing a tile that stays in cache, where op by op every
         intermediate would stream the whole tensor through memory."""
         chosen = _kernels.ACTIVE.set(self.kernels)
         try:
+            generated = getattr(self.kernels, "fuse", None)
+            outs = generated(block) if generated is not None else None
+            if outs is not None:
+                return outs
             with np.errstate(all="ignore"):
                 return _fused(block)
         finally:

@@ -23,6 +23,9 @@ spinning, so a convolution split over two threads ran at the speed of one (measu
 GEMMs (a large one split over the pool instead) and gives it its thread count back after: its
 workers never get ember's work, and NumPy code outside ember keeps OpenBLAS as it was.
 
+Under Fusion(NdArray()), each fused chain of elementwise ops becomes a C kernel of its own,
+generated from the ops' C expressions, compiled and cached the same way (fused.py).
+
 Like the WebAssembly kernels inside Pyodide (backends/wasm), this is a set of
 ember.ops.kernels (KERNELS, a `Native`), which NdArray(kernels="auto") runs with; `status()`
 says what is in use and why.
@@ -101,6 +104,16 @@ def build(cc=None, tune=TUNE):
     """Path of the compiled kernels, compiling them unless the cache has them. Raises OSError
     (no compiler, or it failed: its message included). `tune`: the flags tried first (then
     none: the compiler's generic target)."""
+    sets = (FLAGS + SIMD + GCC_ONLY + tune, FLAGS + SIMD + tune, FLAGS + SIMD, FLAGS)
+    return compile_library(SOURCE.read_text(), "kernels", sets, cc)
+
+
+def compile_library(text, stem, flag_sets, cc=None, libs=(), build=True):
+    """Path of the shared library built from the C source `text`, compiled unless the cache
+    has it (the key: the source, the compiler, its flags and the CPU), with the first of
+    `flag_sets` the compiler accepts (build=False: None instead of compiling). Raises OSError
+    (no compiler, or every set failed: the compiler's message included). fused.py builds its
+    generated kernels through it too."""
     cc = cc or compiler()
     if cc is None:
         raise OSError("no C compiler found (set CC, or install cc/gcc/clang)")
@@ -111,31 +124,30 @@ def build(cc=None, tune=TUNE):
     except OSError as e:
         raise OSError(f"C compiler {cc[0]!r} not found: {e}") from None
     key = hashlib.sha256("\0".join([
-        SOURCE.read_text(), " ".join(cc[1:]), who, " ".join(FLAGS + SIMD + GCC_ONLY + tune),
-        platform.machine(), _cpu()]).encode()).hexdigest()[:20]
+        text, " ".join(cc[1:]), who, " | ".join(" ".join(f) for f in flag_sets),
+        " ".join(libs), platform.machine(), _cpu()]).encode()).hexdigest()[:20]
     folder = cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:  # no writable cache: build into a folder of this process's own
         folder = Path(tempfile.mkdtemp(prefix="ember-native-"))
-    path = folder / f"kernels-{key}.so"
-    if path.is_file():
-        return path
+    path = folder / f"{stem}-{key}.so"
+    if path.is_file() or not build:
+        return path if path.is_file() else None
     # compiled to a name of this process's own, then renamed: concurrent builders (pytest
     # workers, two notebooks) never load a half-written library
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(fd)
     try:
         errors = []
-        for flags in (FLAGS + SIMD + GCC_ONLY + tune, FLAGS + SIMD + tune, FLAGS + SIMD,
-                      FLAGS):
-            run = subprocess.run([*cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
-                                 text=True)
+        for flags in flag_sets:  # (the source on stdin: nothing else written to disk)
+            run = subprocess.run([*cc, *flags, "-o", tmp, "-x", "c", "-", *libs], input=text,
+                                 capture_output=True, text=True)
             if run.returncode == 0:
                 os.replace(tmp, path)
                 return path
             errors.append(run.stderr.strip().splitlines()[-1:] or [f"exit {run.returncode}"])
-        raise OSError(f"{' '.join(cc)} failed to compile {SOURCE.name}: {errors[-1][0]}")
+        raise OSError(f"{' '.join(cc)} failed to compile {stem}.c: {errors[-1][0]}")
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -278,6 +290,10 @@ class Native(kernels.Kernels):
         if not _ready():
             return None
         return conv2d_weight(x, g, kernel, stride, padding, dilation, groups)
+
+    def fuse(self, block):
+        """An ember.fusion Block's outputs from one generated C kernel (fused.py), or None."""
+        return fused.fuse(block) if _ready() else None
 
 
 KERNELS = Native()
@@ -552,5 +568,7 @@ def conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
         *args, sums[i].ctypes.data, i0, i1, geo.block, scratch[i].ctypes.data), n, parts)
     return sums.sum(axis=(0, 4), dtype=_F32).reshape(o, c, kh, kw)
 
+
+from . import fused  # noqa: E402  (it builds on the pool and compile_library above)
 
 __all__ = ["KERNELS", "Native", "build", "cache_dir", "compiler", "load", "status"]
