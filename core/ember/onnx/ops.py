@@ -740,9 +740,35 @@ def _conv(c, a, x, w, b=None):
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         strides, dil, pads = [1] + strides, [1] + dil, [(0, 0)] + pads
     bias = () if b is None else (c.t(b),)
-    y = _apply(PRIMS["conv2d"], x, w, *bias, stride=tuple(strides), padding=tuple(pads),
-               dilation=tuple(dil), groups=a.get("group", 1))
+    n, o = x.shape[0], w.shape[0]
+    out = [(size + p0 + p1 - (k - 1) * d - 1) // s + 1
+           for size, (p0, p1), k, d, s in zip(x.shape[2:], pads, w.shape[2:], dil, strides)]
+    if a.get("group", 1) == 1 and x.dtype == "float32" and min(sum(pads, ())) >= 0 and \
+            min(out) > 0 and (w.shape[2:] == (1, 1) or n * out[0] * out[1] <= o):
+        y = _conv_as_matmul(c, x, w, bias, strides, dil, pads, out)
+    else:
+        y = _apply(PRIMS["conv2d"], x, w, *bias, stride=tuple(strides), padding=tuple(pads),
+                   dilation=tuple(dil), groups=a.get("group", 1))
     return y.squeeze(2) if one_d else y
+
+
+def _conv_as_matmul(c, x, w, bias, strides, dil, pads, out):
+    """A convolution as one product of the weights [O, C*KH*KW] with the input's windows
+    [N, C*KH*KW, OH*OW] (one strided slice per tap): where the weights outnumber the output's
+    positions (1x1 convolutions; the late stages of a ResNet), BLAS's product is faster than a
+    direct convolution, which packs the weights anew on every call."""
+    n, ch = x.shape[:2]
+    o, _, kh, kw = w.shape
+    (oh, ow), (sh, sw), (dh, dw) = out, strides, dil
+    for d, (p0, p1) in ((2, pads[0]), (3, pads[1])):
+        x = _pad_dim(c, x, d, p0, p1, "constant", 0)
+    taps = [x[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+            for i in range(kh) for j in range(kw)]
+    cols = taps[0] if len(taps) == 1 else Tensor.stack(taps, 2)
+    y = w.reshape(o, ch * kh * kw) @ cols.reshape(n, ch * kh * kw, oh * ow)
+    if bias:
+        y = y + bias[0].reshape(o, 1)
+    return y.reshape(n, o, oh, ow)
 
 
 @op("ConvTranspose")
