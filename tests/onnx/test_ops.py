@@ -50,15 +50,15 @@ def test_node_case_on_wgpu(name):
 @pytest.mark.parametrize("x_shape, w_shape, attrs", [
     ((1, 16, 9, 9), (24, 16, 1, 1), {"strides": [2, 2]}),  # 1x1: a matmul at any size
     ((2, 8, 5, 7), (6, 8, 1, 1), {}),
-    ((1, 8, 4, 5), (40, 8, 3, 3), {"pads": [1, 0, 2, 1], "strides": [1, 2]}),  # weights >= out
-    ((1, 4, 6, 6), (48, 4, 3, 2), {"auto_pad": "SAME_UPPER"}),
-    ((1, 4, 7, 6), (48, 4, 3, 2), {"dilations": [2, 1], "pads": [2, 0, 1, 1]}),
-    ((1, 6, 5), (32, 6, 3), {"pads": [1, 1]}),  # 1-D
+    ((1, 64, 4, 5), (480, 64, 3, 3), {"pads": [1, 0, 2, 1], "strides": [1, 2]}),  # weights >= out
+    ((1, 96, 6, 6), (480, 96, 3, 2), {"auto_pad": "SAME_UPPER"}),
+    ((1, 96, 7, 6), (480, 96, 3, 2), {"dilations": [2, 1], "pads": [2, 0, 1, 1]}),
+    ((1, 6, 5), (32, 6, 1), {"strides": [2]}),  # 1-D
     ((1, 8, 6, 6), (40, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # (the primitive)
 ])
 def test_conv_as_a_matmul_matches_onnxruntime_and_has_its_gradients(x_shape, w_shape, attrs):
-    """Conv where the weights outnumber the output's positions runs as one product over the
-    input's windows: the values onnxruntime gives, and the conv2d primitive's gradients."""
+    """Conv 1x1, or with large weights that outnumber the output's positions, runs as one
+    product over the input's windows: onnxruntime's values, the conv2d primitive's gradients."""
     import numpy as np
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
