@@ -1193,6 +1193,35 @@ def _unique(c, a, x):
     return (y, *(v.astype(np.int64) for v in (first, inverse, counts)))[:c.outputs]
 
 
+@op("TfIdfVectorizer")
+def _tfidf(c, a, x):
+    """Counts of the pool's n-grams in each row (integers; skip-grams up to max_skip_count,
+    unigrams counted once), weighted as `mode` says."""
+    pool, starts, index = a.get("pool_int64s", []), a["ngram_counts"], a["ngram_indexes"]
+    lo, hi, skip = a["min_gram_length"], a["max_gram_length"], a["max_skip_count"]
+    grams, j = {}, 0  # n-gram -> its output position
+    for n, start in enumerate(starts, 1):
+        end = starts[n] if n < len(starts) else len(pool)
+        for g in range(start, end - n + 1, n):
+            if lo <= n <= hi:
+                grams[tuple(pool[g:g + n])] = index[j]
+            j += 1
+    data = c.np(x)
+    rows = data.reshape(1, -1) if data.ndim < 2 else data
+    counts = np.zeros((len(rows), max(index) + 1))
+    for r, row in enumerate(rows.tolist()):
+        for d in range(1, skip + 2):
+            for n in range(max(lo, 1 if d == 1 else 2), hi + 1):
+                for i in range(len(row) - (n - 1) * d):
+                    k = grams.get(tuple(row[i:i + (n - 1) * d + 1:d]))
+                    if k is not None:
+                        counts[r, k] += 1
+    w = np.asarray(a.get("weights", np.ones(counts.shape[1])))
+    mode = a.get("mode", "TF")
+    out = counts if mode == "TF" else (counts > 0) * w if mode == "IDF" else counts * w
+    return out.astype(np.float32).reshape(-1) if data.ndim < 2 else out.astype(np.float32)
+
+
 @op("NonMaxSuppression")
 def _non_max_suppression(c, a, boxes, scores, limit=None, iou=None, least=None):
     """Per batch and class: boxes in order of score (ties: the lower index first), each kept
