@@ -165,3 +165,60 @@ def test_a_bad_onnx_file_shows_an_error_and_the_page_keeps_working(page, files, 
     assert page.text_content("#model-name") == "colour.onnx"
     got, _ = predicted(page)
     assert got.startswith("class ")
+
+
+def test_other_input_layouts_nhwc_with_a_dynamic_batch_and_flat_grayscale(page, files):
+    """A PyTorch model taking [batch, 32, 32, 3] (channels last, batch left dynamic) and an
+    ember MLP taking [1, 784] grayscale: the page feeds each its layout."""
+    import torch
+
+    from ember import nn
+    folder = files["folder"]
+    torch.manual_seed(0)
+
+    class ChannelsLast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = torch.nn.Conv2d(3, 4, 3, stride=2), torch.nn.Linear(4 * 225, 3)
+
+        def forward(self, x):
+            return self.fc(self.conv(x.permute(0, 3, 1, 2)).relu().flatten(1)) * 4
+
+    nhwc = folder / "nhwc.onnx"
+    torch.onnx.export(ChannelsLast().eval(), (torch.zeros(1, 32, 32, 3),), str(nhwc),
+                      input_names=["image"], dynamic_axes={"image": {0: "batch"}}, dynamo=False)
+    class Mlp(nn.Module):
+        def __init__(self):
+            self.a, self.b = nn.Linear(784, 32), nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.b(self.a(x).relu()) * 3
+
+    ember.seed(4)
+    mlp = Mlp().eval()
+    flat = eonnx.save(mlp, folder / "flat.onnx", Tensor.from_data(np.zeros((1, 784), np.float32)))
+
+    assert wait_ready(page, PAGE) == "ready"
+    path, rgb = files["images"][1]
+    open_model(page, nhwc, page.get_attribute("#model-name", "data-model"))
+    assert '["batch",32,32,3]' in page.text_content("#onnx-status")
+    page.set_input_files("#image-input", str(path))
+    _, probs = predicted(page)
+    logits = eonnx.load(nhwc)((rgb.astype(np.float32) / 255)[None]).to_numpy()[0]
+    want = np.exp(logits - logits.max())
+    np.testing.assert_allclose([probs[f"class {i}"] for i in range(3)], want / want.sum(),
+                               atol=1e-5)
+
+    gray = np.zeros((28, 28), np.uint8)  # dark border: the page's preprocessing keeps it as is
+    gray[4:24, 6:22] = np.random.default_rng(1).integers(0, 256, (20, 16))
+    write_png(folder / "gray.png", np.repeat(gray[:, :, None], 3, axis=2))
+    open_model(page, flat, page.get_attribute("#model-name", "data-model"))
+    assert "[1,784]" in page.text_content("#onnx-status")
+    page.set_input_files("#image-input", str(folder / "gray.png"))
+    _, probs = predicted(page)
+    logits = eonnx.load(flat)((gray.astype(np.float32) / 255).reshape(1, 784)).to_numpy()[0]
+    want = np.exp(logits - logits.max())
+    np.testing.assert_allclose([probs[f"class {i}"] for i in range(4)], want / want.sum(),
+                               atol=1e-5)
+    top = np.sort(want)[-2:]
+    assert top[1] > 1.01 * top[0]  # (a clear top class, so the check means something)
