@@ -97,3 +97,51 @@ def test_demo_port_out_of_range_is_a_usage_error(port, message, capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "usage: ember demo" in err and "error: argument --port: " in err and message in err
+
+
+def test_export_writes_a_shipped_model_as_onnx_that_onnxruntime_runs(tmp_path, capsys):
+    import numpy as np
+    import onnxruntime as ort
+
+    from ember import Tensor, models
+    from ember import onnx as eonnx
+    out = tmp_path / "mnist.onnx"
+    assert cli.main(["export", "mnist", str(out), "--batch", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"wrote {out}: mnist as ONNX")
+    assert "[3, 1, 28, 28] -> [3, 10]" in printed
+    x = np.random.default_rng(5).random((3, 1, 28, 28), dtype=np.float32)
+    want = models.load("mnist")(Tensor.from_data(x)).to_numpy()
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {"input_0": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(eonnx.load(out)(x).to_numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_export_takes_the_weights_ember_train_writes(tmp_path, capsys):
+    import numpy as np
+
+    import ember
+    from ember import Tensor, models, record
+    from ember import onnx as eonnx
+    ember.seed(1)
+    model = models.ConvNet(channels=(4, 8), hidden=16).eval()
+    record.save(model, tmp_path / "model.safetensors",
+                metadata={"config": json.dumps(model.config)})
+    out = tmp_path / "model.onnx"
+    assert cli.main(["export", str(tmp_path / "model.safetensors"), str(out)]) == 0
+    x = np.random.default_rng(6).random((1, 1, 28, 28), dtype=np.float32)
+    np.testing.assert_allclose(eonnx.load(out)(x).to_numpy(),
+                               model(Tensor.from_data(x)).to_numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_export_refuses_an_unknown_model_and_an_unwritable_file(tmp_path, capsys):
+    assert cli.main(["export", "resnet", str(tmp_path / "m.onnx")]) == 2
+    err = capsys.readouterr().err
+    assert "'resnet' is neither a shipped model (mnist, fashion-mnist) nor a weights file" in err
+    assert cli.main(["export", "mnist", str(tmp_path / "no" / "such" / "m.onnx")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ember export: ") and "m.onnx" in err and "Traceback" not in err
+    (tmp_path / "junk.safetensors").write_bytes(b"not safetensors")
+    assert cli.main(["export", str(tmp_path / "junk.safetensors"), str(tmp_path / "m.onnx")]) == 1
+    assert "ember export: " in capsys.readouterr().err

@@ -1,9 +1,11 @@
 """ember's command line. `ember bench` runs the benchmark suite of a source checkout; `ember site`
-builds the static browser site and `ember demo` builds and serves it (core/ember/site.py); and
-`ember train` trains the models of ember.models (core/ember/train/command.py)."""
+builds the static browser site and `ember demo` builds and serves it (core/ember/site.py);
+`ember train` trains the models of ember.models (core/ember/train/command.py); and `ember export`
+writes one as ONNX (ember.onnx.save)."""
 
 import argparse
 import importlib.util
+import json
 import signal
 import sys
 from pathlib import Path
@@ -89,6 +91,38 @@ def _train(args):
     return command.run(args)
 
 
+def _export(args):
+    import numpy as np
+
+    from . import models, onnx, record
+    from .tensor import Tensor
+    try:
+        if args.model in models.available():
+            model = models.load(args.model)
+        elif Path(args.model).is_file():  # weights as `ember train` writes them
+            _, meta = record.read_safetensors(args.model)
+            model = models.ConvNet(**json.loads(meta.get("config", "{}")))
+            record.load(model, args.model)
+            model.eval()
+        else:
+            print(f"ember export: {args.model!r} is neither a shipped model "
+                  f"({', '.join(models.available())}) nor a weights file", file=sys.stderr)
+            return 2
+        x = np.random.default_rng(0).random((args.batch, model.config["in_channels"],
+                                             model.config["image_size"],
+                                             model.config["image_size"]), dtype=np.float32)
+        want = model(Tensor.from_data(x)).to_numpy()
+        onnx.save(model, args.out, Tensor.from_data(x))
+        got = onnx.load(args.out)(x).to_numpy()  # read back: the file gives the model's outputs
+    except (OSError, ValueError, TypeError) as e:  # (onnx's and record's errors are ValueErrors)
+        print(f"ember export: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out}: {args.model} as ONNX (opset 17), float32 {list(x.shape)} -> "
+          f"{list(want.shape)}; read back by ember.onnx.load: max |diff| "
+          f"{float(np.abs(got - want).max()):.2g}")
+    return 0
+
+
 def int_range(low, high=None):
     """An argparse type: an integer in [low, high]."""
     def integer(text):  # (argparse names it in "invalid integer value")
@@ -145,6 +179,17 @@ def build_parser():
                       help="ship the stock files (no precompiled .pyc)")
     demo.add_argument("--verbose", action="store_true", help="log every request")
     demo.set_defaults(run=_demo)
+
+    export = commands.add_parser(
+        "export", help="write a shipped model (or `ember train`'s weights) as an ONNX file",
+        description="Write MODEL (mnist, fashion-mnist, or a .safetensors file that `ember "
+                    "train` wrote) as an ONNX file (ember.onnx.save, opset 17) that onnxruntime, "
+                    "PyTorch's tools or ember.onnx.load read; it is read back once to check it.")
+    export.add_argument("model", metavar="MODEL", help="mnist, fashion-mnist or a weights file")
+    export.add_argument("out", metavar="OUT", help="the .onnx file to write")
+    export.add_argument("--batch", type=_positive, default=1,
+                        help="the batch size of the model's input (default 1)")
+    export.set_defaults(run=_export)
 
     from .train.command import add_arguments as _train_arguments
     train = commands.add_parser(

@@ -77,7 +77,7 @@ export function startClassifier({ model, labels, top = labels.length }) {
   });
 
   const probs = $("probabilities");
-  const rows = labels.map((label) => {
+  const build = () => labels.map((label) => {
     const row = document.createElement("div");
     row.className = "prob";
     row.dataset.label = label;
@@ -87,6 +87,14 @@ export function startClassifier({ model, labels, top = labels.length }) {
     probs.append(row);
     return row;
   });
+  let rows = build();
+  // another model's classes (the image page's own ONNX models): one row each, as at the start
+  function setLabels(next) {
+    labels = next;
+    probs.replaceChildren();
+    rows = build();
+    rows.forEach((r, i) => { r.hidden = i >= top; });
+  }
 
   const ember = loadEmber({
     worker: true,
@@ -176,5 +184,6 @@ export function startClassifier({ model, labels, top = labels.length }) {
     show(p, ms);
     return { probs: p, ms, backend };
   }
-  return { ready, predict, reset, onBackend: (f) => listeners.push(f), backend: () => backend };
+  return { ready, predict, reset, onBackend: (f) => listeners.push(f), backend: () => backend,
+           run, show, setLabels };
 }

@@ -145,11 +145,12 @@ class OnnxModule(Module):
                 consts[name] = array
             add_param(self, name, array, backend)
         given = set(self._keys)
-        self._inputs = [proto.value_info(v)[0] for v in graph.get("input", [])
-                        if proto.value_info(v)[0] not in given]
+        infos = [proto.value_info(v) for v in graph.get("input", [])]
+        self._inputs = [name for name, _, _ in infos if name not in given]
         self._outputs = [proto.value_info(v)[0] for v in graph.get("output", [])]
-        self._dtypes = {proto.value_info(v)[0]: proto.value_info(v)[1]
-                        for v in graph.get("input", [])}
+        self._dtypes = {name: code for name, code, _ in infos}
+        # what a caller must give: name -> dims (ints; a string or None where dynamic) or None
+        self.input_shapes = {name: dims for name, _, dims in infos if name not in given}
         self._nodes = _sorted(graph.get("node", []), set(self._inputs) | given, versions, folder)
         self._nodes = _live(self._nodes, self._outputs)
         self._consts, self._backend = consts, backend

@@ -249,6 +249,28 @@ def _gemm(c, a, x, y, z=None):
     return out
 
 
+@op("Det")
+def _det(c, a, x):
+    """Gaussian elimination with partial pivoting, as tensor ops: each column's pivot row is
+    swapped in by a one-hot row difference (no value is read on the host); the determinant is
+    the pivots' product, its sign flipped per swap."""
+    x = c.t(x)
+    n = x.shape[-1]
+    rows = np.arange(n).reshape(n, 1)
+    det = Tensor.full(x.shape[:-2], 1.0, c.backend, x.dtype)
+    for k in range(n):
+        col = x[..., :, k:k + 1].abs().mask_where(c.t(rows < k), -1)  # [..., n, 1]
+        hot = (col.argmax(-2) == c.t(rows.astype(np.int32))).cast(x.dtype)
+        unit = c.t((rows == k).astype(x.dtype))
+        x = x + (unit - hot) * ((hot * x).sum_dim(-2) - x[..., k:k + 1, :])  # rows k, p swap
+        pivot = x[..., k, k]
+        det = det * pivot * (hot[..., k, 0] * 2 - 1)  # -1 where a row came up
+        safe = pivot.mask_where(pivot == 0, 1).reshape(pivot.shape + (1, 1))
+        below = c.t((rows > k).astype(x.dtype))
+        x = x - x[..., :, k:k + 1] / safe * below * x[..., k:k + 1, :]
+    return det
+
+
 # ---- shapes -------------------------------------------------------------------------------
 @op("Shape")
 def _shape(c, a, x):
@@ -740,9 +762,37 @@ def _conv(c, a, x, w, b=None):
         x, w = x.unsqueeze(2), w.unsqueeze(2)
         strides, dil, pads = [1] + strides, [1] + dil, [(0, 0)] + pads
     bias = () if b is None else (c.t(b),)
-    y = _apply(PRIMS["conv2d"], x, w, *bias, stride=tuple(strides), padding=tuple(pads),
-               dilation=tuple(dil), groups=a.get("group", 1))
+    n, o = x.shape[0], w.shape[0]
+    out = [(size + p0 + p1 - (k - 1) * d - 1) // s + 1
+           for size, (p0, p1), k, d, s in zip(x.shape[2:], pads, w.shape[2:], dil, strides)]
+    if a.get("group", 1) == 1 and x.dtype == "float32" and min(sum(pads, ())) >= 0 and \
+            min(out) > 0 and (w.shape[2:] == (1, 1) or n * out[0] * out[1] <= o and
+                              math.prod(w.shape) >= 1 << 18):
+        y = _conv_as_matmul(c, x, w, bias, strides, dil, pads, out)
+    else:
+        y = _apply(PRIMS["conv2d"], x, w, *bias, stride=tuple(strides), padding=tuple(pads),
+                   dilation=tuple(dil), groups=a.get("group", 1))
     return y.squeeze(2) if one_d else y
+
+
+def _conv_as_matmul(c, x, w, bias, strides, dil, pads, out):
+    """A convolution as one product of the weights [O, C*KH*KW] with the input's windows
+    [N, C*KH*KW, OH*OW] (one strided slice per tap). For 1x1 convolutions, and large weights
+    that outnumber the output's positions (a ResNet's late stages), BLAS's product is faster
+    than NdArray's direct convolution, which packs the weights anew on every call (~6 ms of
+    its 11 for 512x512x3x3 at 7x7 here)."""
+    n, ch = x.shape[:2]
+    o, _, kh, kw = w.shape
+    (oh, ow), (sh, sw), (dh, dw) = out, strides, dil
+    for d, (p0, p1) in ((2, pads[0]), (3, pads[1])):
+        x = _pad_dim(c, x, d, p0, p1, "constant", 0)
+    taps = [x[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+            for i in range(kh) for j in range(kw)]
+    cols = taps[0] if len(taps) == 1 else Tensor.stack(taps, 2)
+    y = w.reshape(o, ch * kh * kw) @ cols.reshape(n, ch * kh * kw, oh * ow)
+    if bias:
+        y = y + bias[0].reshape(o, 1)
+    return y.reshape(n, o, oh, ow)
 
 
 @op("ConvTranspose")
@@ -1077,6 +1127,138 @@ def _resize(c, a, x, roi=None, scales=None, sizes=None):
     if outside is not None:
         y = y.mask_where(outside, a.get("extrapolation_value", 0.0))
     return y if dtype[0] == "f" else _round(y).cast(dtype)
+
+
+# ---- ai.onnx.ml ---------------------------------------------------------------------------
+def _binarizer(c, a, x):
+    x = c.t(x)
+    return (x > a.get("threshold", 0.0)).cast(x.dtype)
+
+
+def _array_feature_extractor(c, a, x, idx):
+    x = c.t(x)
+    x = x.reshape(1, -1) if x.ndim == 1 else x
+    return x.select(x.ndim - 1, c.t(idx).reshape(-1))
+
+
+OPS[("ai.onnx.ml", "Binarizer")] = _binarizer
+OPS[("ai.onnx.ml", "ArrayFeatureExtractor")] = _array_feature_extractor
+
+
+# ---- outputs shaped by values: their inputs read on the host (ember.jit refuses to capture them)
+def _first(c, v, default):
+    """The one value of an optional scalar input (a missing or empty one: `default`)."""
+    v = None if v is None else c.np(v).reshape(-1)
+    return default if v is None or v.size == 0 else v[0].item()
+
+
+@op("NonZero")
+def _nonzero(c, a, x):
+    x = c.np(x)
+    return np.array(np.nonzero(x.reshape(1) if x.ndim == 0 else x), np.int64).reshape(
+        max(x.ndim, 1), -1)
+
+
+@op("Compress")
+def _compress(c, a, x, condition):
+    keep = np.flatnonzero(c.np(condition).astype(bool))
+    axis = a.get("axis")
+    x = (x if isinstance(x, np.ndarray) else c.t(x)).reshape(-1) if axis is None else x
+    axis = 0 if axis is None else axis % len(x.shape)
+    if keep.size and keep[-1] >= x.shape[axis]:
+        raise OnnxError(f"onnx: Compress's condition selects index {keep[-1]} of an axis of "
+                        f"length {x.shape[axis]}")
+    if isinstance(x, np.ndarray):
+        return np.take(x, keep, axis)
+    return c.t(x).select(axis, keep.astype(np.int32))
+
+
+@op("Unique")
+def _unique(c, a, x):
+    data, axis = c.np(x), a.get("axis")
+    flat = data.reshape(-1) if axis is None else data
+    axis = 0 if axis is None else axis % data.ndim
+    _, first, inverse, counts = np.unique(flat, True, True, True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not a.get("sorted", 1):  # in the order of first occurrence
+        order = np.argsort(first)
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    if isinstance(x, np.ndarray):
+        y = np.take(flat, first, axis)
+    else:  # a selection of x's own values (its gradient flows back to them)
+        y = (c.t(x).reshape(-1) if data.ndim != flat.ndim else c.t(x)).select(
+            axis, first.astype(np.int32))
+    return (y, *(v.astype(np.int64) for v in (first, inverse, counts)))[:c.outputs]
+
+
+@op("TfIdfVectorizer")
+def _tfidf(c, a, x):
+    """Counts of the pool's n-grams in each row (integers; skip-grams up to max_skip_count,
+    unigrams counted once), weighted as `mode` says."""
+    pool, starts, index = a.get("pool_int64s", []), a["ngram_counts"], a["ngram_indexes"]
+    lo, hi, skip = a["min_gram_length"], a["max_gram_length"], a["max_skip_count"]
+    grams, j = {}, 0  # n-gram -> its output position
+    for n, start in enumerate(starts, 1):
+        end = starts[n] if n < len(starts) else len(pool)
+        for g in range(start, end - n + 1, n):
+            if lo <= n <= hi:
+                grams[tuple(pool[g:g + n])] = index[j]
+            j += 1
+    data = c.np(x)
+    rows = data.reshape(1, -1) if data.ndim < 2 else data
+    counts = np.zeros((len(rows), max(index) + 1))
+    for r, row in enumerate(rows.tolist()):
+        for d in range(1, skip + 2):
+            for n in range(max(lo, 1 if d == 1 else 2), hi + 1):
+                for i in range(len(row) - (n - 1) * d):
+                    k = grams.get(tuple(row[i:i + (n - 1) * d + 1:d]))
+                    if k is not None:
+                        counts[r, k] += 1
+    w = np.asarray(a.get("weights", np.ones(counts.shape[1])))
+    mode = a.get("mode", "TF")
+    out = counts if mode == "TF" else (counts > 0) * w if mode == "IDF" else counts * w
+    return out.astype(np.float32).reshape(-1) if data.ndim < 2 else out.astype(np.float32)
+
+
+@op("NonMaxSuppression")
+def _non_max_suppression(c, a, boxes, scores, limit=None, iou=None, least=None):
+    """Per batch and class: boxes in order of score (ties: the lower index first), each kept
+    unless it overlaps one kept before by more than `iou` (intersection over union); in the
+    boxes' own dtype, as onnxruntime computes it."""
+    boxes, scores = c.np(boxes), c.np(scores)
+    limit, iou, least = max(int(_first(c, limit, 0)), 0), _first(c, iou, 0.0), _first(
+        c, least, None)
+    iou = np.asarray(iou, boxes.dtype)
+    if a.get("center_point_box", 0):  # [x, y, width, height] -> the edges
+        x, y, w, h = np.moveaxis(boxes, -1, 0)
+        x0, x1, y0, y1 = x - w / 2, x + w / 2, y - h / 2, y + h / 2
+    else:  # [y1, x1, y2, x2], either corner first
+        ya, xa, yb, xb = np.moveaxis(boxes, -1, 0)
+        x0, x1, y0, y1 = np.minimum(xa, xb), np.maximum(xa, xb), np.minimum(ya, yb), \
+            np.maximum(ya, yb)
+    area = (x1 - x0) * (y1 - y0)
+    out = []
+    for b, k in np.ndindex(*scores.shape[:2]):
+        s = scores[b, k]
+        order = np.arange(s.size) if least is None else np.flatnonzero(s > least)
+        kept = []
+        for i in order[np.argsort(-s[order], kind="stable")]:
+            if len(kept) >= limit:
+                break
+            j = np.array(kept, np.int64)
+            w = np.minimum(x1[b, i], x1[b, j]) - np.maximum(x0[b, i], x0[b, j])
+            h = np.minimum(y1[b, i], y1[b, j]) - np.maximum(y0[b, i], y0[b, j])
+            inter = w * h
+            union = area[b, i] + area[b, j] - inter
+            with np.errstate(divide="ignore", invalid="ignore"):
+                over = (w > 0) & (h > 0) & (area[b, i] > 0) & (area[b, j] > 0) & (union > 0) & (
+                    inter / union > iou)
+            if not over.any():
+                kept.append(i)
+        out += [(b, k, i) for i in kept]
+    return np.array(out, np.int64).reshape(-1, 3)
 
 
 # ---- scatter and gather by index tuples --------------------------------------------------------
