@@ -380,3 +380,23 @@ def test_unknown_strategy_is_refused():
     with pytest.raises(ValueError, match="strategy must be 'ddp' or 'multi'"):
         train.Learner(model(), optimizer(), dashboard=None, devices=[NdArray(), NdArray()],
                       strategy="fsdp")
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "multi"])
+def test_two_virtual_wgpu_devices_train_as_one(strategy):
+    pytest.importorskip("wgpu")
+    from ember.backend import Wgpu
+    runs = {}
+    for devices in (None, [Wgpu(), Wgpu()]):  # two instances on one adapter
+        m = model(seed=3, dropout=0.0)
+        if devices is None:
+            m.to(Wgpu())
+        learner = train.Learner(m, optim.SGD(lr=0.1, momentum=0.9), dashboard=None,
+                                devices=devices, strategy=strategy)
+        learner.fit(loaders(batch_size=10)[0], epochs=5)  # 20 steps
+        losses = learner.history.epoch_values("Loss", "train")
+        runs["many" if devices else "one"] = weights(learner.model), losses
+    (w1, l1), (wn, ln) = runs["one"], runs["many"]
+    for name in w1:
+        np.testing.assert_allclose(wn[name], w1[name], rtol=2e-5, atol=2e-6, err_msg=name)
+    assert ln == pytest.approx(l1, rel=1e-5)

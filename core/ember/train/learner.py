@@ -391,7 +391,7 @@ class Learner:
             return [(self.model, self.optimizer, self._backend())]
         reps, saved = [(self.model, self.optimizer, self.devices[0])], None
         for device in self.devices[1:]:
-            model = self.model.clone().to(device)
+            model = _replica(self.model, device)
             opt = copy.copy(self.optimizer)
             opt.state, opt.scheduler = {}, copy.deepcopy(self.optimizer.scheduler)
             saved = saved or self.optimizer.state_dict(self.model)
@@ -410,7 +410,7 @@ class Learner:
         n = len(x)
         cuts = [n * i // len(self.devices) for i in range(len(self.devices) + 1)]
         shards = [(d, x[a:b], y[a:b]) for d, a, b in zip(self.devices, cuts, cuts[1:]) if b > a]
-        replicas = [self.model] + [self.model.clone().to(d) for d, _, _ in shards[1:]]
+        replicas = [self.model] + [_replica(self.model, d) for d, _, _ in shards[1:]]
 
         def work(i):
             device, xs, ys = shards[i]
@@ -698,6 +698,16 @@ def _tensor(value, backend):
     elif array.dtype == np.float64:
         array = array.astype(np.float32)
     return Tensor.from_data(array, backend=backend)
+
+
+def _replica(model, device):
+    """model on `device` with the same param ids and its own gradient leaves; the data is
+    shared where device holds the same kind (values are never changed in place while another
+    refers to them), else copied. (Module.clone deep-copies, which GPU buffers refuse.)"""
+    from ..nn.module import Param, _copy_tree
+    out = _copy_tree(model)
+    out.map_params(lambda n, p: Param(p.value().to(device), p.trainable, p.param_id))
+    return out
 
 
 def _cut(n, part, parts):
