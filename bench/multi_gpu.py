@@ -112,19 +112,19 @@ def _backend(kind, size, index):
     return _wgpu(index, size)
 
 
-def worker(a):
+def worker(job):
     import ember
     from ember import data, optim, train
 
+    a = argparse.Namespace(**json.loads(job))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     backend = _backend(a.kind, a.size, local)
     devices = [backend] + [_backend(a.kind, a.size, local) for _ in range(a.virtual - 1)]
     ember.seed(0)
     model, shape = _model(a.model, a.size)
-    rng = np.random.default_rng(0)
-    n = a.batch * a.steps
-    images = rng.random((n, *shape), dtype=np.float32)
-    labels = rng.integers(0, 10, n).astype(np.int32)
+    n = a.batch * a.steps  # (two generators: the first n items are the same for any n)
+    images = np.random.default_rng(0).random((n, *shape), dtype=np.float32)
+    labels = np.random.default_rng(1).integers(0, 10, n).astype(np.int32)
     loader = data.DataLoader(data.InMemoryDataset(images, labels), batch_size=a.batch)
 
     class Timer(train.Dashboard):
@@ -152,17 +152,18 @@ def worker(a):
 # ---- the driver ------------------------------------------------------------------------------
 def _run(args, kind, model, batch, steps, virtual=1, processes=1):
     out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
-    cmd = [HERE, "--worker", "--kind", kind, "--model", model, "--batch", str(batch),
-           "--steps", str(steps), "--virtual", str(virtual), "--out", out,
-           "--cpu" if args.cpu else "--gpu"]
+    job = {"kind": kind, "model": model, "batch": batch, "steps": steps, "virtual": virtual,
+           "out": out, "size": "cpu" if args.cpu else "gpu"}
+    cmd = [HERE, "--worker", json.dumps(job)]  # (one argument: torchrun reads options too)
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+    if args.cpu:  # every run one core per process (torchrun's default), the 1-GPU run too
+        env["OMP_NUM_THREADS"] = "1"
     if processes > 1:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         cmd = ["-m", "torch.distributed.run", "--nproc-per-node", str(processes),
                "--master-addr", "127.0.0.1", "--master-port", str(port), *cmd]
-        env.setdefault("OMP_NUM_THREADS", "1" if args.cpu else "8")
     else:
         for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "LOCAL_RANK"):
             env.pop(k, None)
@@ -209,8 +210,10 @@ def main(args):
     return 1 if failed else 0
 
 
-def _parse():
+def cli():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":  # started by main(), or by torchrun
+        return worker(sys.argv[2])
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--gpu", action="store_true", help="full sizes, on 2 GPUs")
     where.add_argument("--cpu", action="store_true", help="small sizes on the CPU (a check)")
@@ -221,19 +224,10 @@ def _parse():
     p.add_argument("--warmup", type=int, default=2, help="untimed first steps")
     p.add_argument("--check", type=int, default=5, help="steps whose losses are compared")
     p.add_argument("--rtol", type=float, default=1e-4, help="losses' relative tolerance")
-    # a worker (started by the driver, or by torchrun):
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--virtual", type=int, default=1, help=argparse.SUPPRESS)
-    p.add_argument("--out", help=argparse.SUPPRESS)
-    return p.parse_args()
+    return main(p.parse_args())
 
+
+BENCHMARKS = {}  # ember bench runs none: this is a driver of its own, of several processes
 
 if __name__ == "__main__":
-    args = _parse()
-    if args.worker:
-        args.kind, args.model = args.kind[0], args.model[0]
-        args.size = "cpu" if args.cpu else "gpu"
-        worker(args)
-    else:
-        sys.exit(main(args))
+    sys.exit(cli())
