@@ -100,7 +100,10 @@ def _wgpu(index, size):
         adapters = [a for a in wgpu.gpu.enumerate_adapters_sync()
                     if (a.info.get("adapter_type", "").lower() == "cpu") == (size == "cpu")
                     and a.info.get("backend_type", "").lower() == "vulkan"]
-        return adapters[index % len(adapters)]
+        i = 0 if size == "cpu" else index  # (--cpu: every process on the one lavapipe)
+        if i >= len(adapters):
+            raise SystemExit(f"multi_gpu: no Vulkan adapter {i} (found {len(adapters)})")
+        return adapters[i]
     bridge_native._pick_adapter = pick  # (this process's device is made by the first Wgpu())
     return Wgpu()
 
@@ -182,6 +185,7 @@ def _run(args, kind, model, batch, steps, virtual=1, processes=1):
 def main(args):
     size = "cpu" if args.cpu else "gpu"
     steps = args.steps or (6 if args.cpu else 30)
+    args.warmup = args.warmup if args.warmup is not None else 2 if args.cpu else 5
     check = min(args.check, steps)
     rows = []
     for model in args.model:
@@ -221,7 +225,7 @@ def cli():
                    default=["convnet", "resnet18"])
     p.add_argument("--kind", nargs="+", choices=["torch", "wgpu"], default=["torch", "wgpu"])
     p.add_argument("--steps", type=int, default=None, help="steps per run (30; --cpu 6)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed first steps")
+    p.add_argument("--warmup", type=int, default=None, help="untimed first steps (5; --cpu 2)")
     p.add_argument("--check", type=int, default=5, help="steps whose losses are compared")
     p.add_argument("--rtol", type=float, default=1e-4, help="losses' relative tolerance")
     return main(p.parse_args())
