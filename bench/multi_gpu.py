@@ -14,10 +14,11 @@ inputs, 11.2M parameters), at 256 images per GPU (--cpu: small widths and batche
 - wgpu: Autodiff(Wgpu()) on adapter i, one process per GPU under torchrun, gradients
   all-reduced by gloo through host memory (--cpu: lavapipe in each process).
 
-Each case runs three workers, each in its own process: the 2-GPU run (torchrun, global batch
-2 x per-GPU), the 1-GPU run at the per-GPU batch (the throughput reference), and a 1-GPU run
+Each case runs four workers, each in its own process(es): the 2-GPU run (torchrun, global batch
+2 x per-GPU), the same with the all-reduce after backward instead of overlapping it (the
+overlap's gain), the 1-GPU run at the per-GPU batch (the throughput reference), and a 1-GPU run
 at the global batch on two virtual devices of that GPU (Learner(devices=[B, B])), whose
-losses the 2-GPU run must match: the same shards, so BatchNorm normalizes each half of the
+losses both 2-GPU runs must match: the same shards, so BatchNorm normalizes each half of the
 batch by its own statistics in both, as DDP without SyncBatchNorm does. Steps: the first
 --warmup are not timed; samples/s = the global batch / the median step time of process 0
 (every step reads its loss back, so the GPUs' queues are drained at each). NCCL_NVLS_ENABLE=0
@@ -144,6 +145,7 @@ def worker(job):
     learner = train.Learner(model, optim.SGD(lr=0.01, momentum=0.9), dashboard=timer,
                             devices=devices if len(devices) > 1 else None,
                             backend=backend if len(devices) == 1 else None)
+    learner._overlap = a.overlap  # (the switch measured here; not an API)
     start = time.perf_counter()
     learner.fit(loader, epochs=1)
     if learner.rank == 0:
@@ -153,10 +155,10 @@ def worker(job):
 
 
 # ---- the driver ------------------------------------------------------------------------------
-def _run(args, kind, model, batch, steps, virtual=1, processes=1):
+def _run(args, kind, model, batch, steps, virtual=1, processes=1, overlap=True):
     out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
     job = {"kind": kind, "model": model, "batch": batch, "steps": steps, "virtual": virtual,
-           "out": out, "size": "cpu" if args.cpu else "gpu"}
+           "out": out, "size": "cpu" if args.cpu else "gpu", "overlap": overlap}
     cmd = [HERE, "--worker", json.dumps(job)]  # (one argument: torchrun reads options too)
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
     if args.cpu:  # every run one core per process (torchrun's default), the 1-GPU run too
@@ -195,22 +197,27 @@ def main(args):
                   flush=True)
             one = _run(args, kind, model, per, steps)
             two = _run(args, kind, model, 2 * per, steps, processes=2)
+            after = _run(args, kind, model, 2 * per, steps, processes=2, overlap=False)
             ref = _run(args, kind, model, 2 * per, check, virtual=2)
             diff = max(abs(a - b) / max(abs(b), 1e-12)
-                       for a, b in zip(two["losses"][:check], ref["losses"]))
+                       for run in (two, after) for a, b in zip(run["losses"][:check],
+                                                               ref["losses"]))
             rows.append((model, kind, two["backend"], per, one["samples_s"], two["samples_s"],
-                         diff))
+                         after["samples_s"], diff))
     print(f"\ndata parallel, {steps} steps ({args.warmup} untimed), "
           f"{'CPU check (--cpu)' if args.cpu else 'GPU'}")
     print(f"{'model':<9} {'kind':<6} {'backend':<34} {'batch/GPU':>9} {'1 GPU':>9} "
-          f"{'2 GPUs':>9} {'scaling':>8}  losses vs 1 GPU (global batch, {check} steps)")
+          f"{'2 GPUs':>9} {'scaling':>8} {'2, after':>9} {'overlap':>8}  losses vs 1 GPU "
+          f"(global batch, {check} steps)")
     failed = False
-    for model, kind, backend, per, s1, s2, diff in rows:
+    for model, kind, backend, per, s1, s2, s2after, diff in rows:
         ok = diff <= args.rtol
         failed |= not ok
         print(f"{model:<9} {kind:<6} {backend[:34]:<34} {per:>9} {s1:>9.0f} {s2:>9.0f} "
-              f"{s2 / s1:>7.2f}x  max rel diff {diff:.1e} {'ok' if ok else 'DIFFERENT'}")
-    print("samples/s; scaling = 2-GPU samples/s / 1-GPU samples/s")
+              f"{s2 / s1:>7.2f}x {s2after:>9.0f} {s2 / s2after:>7.2f}x  max rel diff "
+              f"{diff:.1e} {'ok' if ok else 'DIFFERENT'}")
+    print("samples/s; scaling = 2-GPU samples/s / 1-GPU samples/s; '2, after': 2 GPUs with "
+          "the all-reduce after backward (not overlapping it); overlap: the gain of overlapping")
     return 1 if failed else 0
 
 
