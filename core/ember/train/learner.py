@@ -46,7 +46,7 @@ from ..distribution import rng as ember_rng
 from ..tensor import Tensor
 from . import checkpoint as ckpt
 from . import parallel
-from .dashboard import make_dashboard
+from .dashboard import Dashboard, make_dashboard
 from .history import History
 from .metrics import Loss, Metric, StepOutput
 
@@ -198,8 +198,8 @@ class Learner:
                                  "give each process its own (devices=None, or one device)")
             self._dist = parallel.TorchGroup(self._backend().inner)
             self.rank = self._dist.rank
-            if self.rank != 0:  # process 0 reports and writes
-                self.dashboard = make_dashboard(None)
+            if self.rank != 0:  # process 0 reports (also how to resume) and writes
+                self.dashboard = Dashboard()
         self.history = History()
         self.epoch, self.batch, self.step, self.epochs = 0, 0, 0, None
         self.best = None            # (value, epoch) of best_metric
