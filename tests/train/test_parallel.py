@@ -190,3 +190,11 @@ def test_two_processes_stop_at_the_same_step_and_resume(tmp_path):
     assert r0["step"] == r1["step"] == 20
     _same(r0, w)
     _same(r1, r0, exact=True)
+
+
+def test_several_devices_per_process_under_torchrun_are_refused(monkeypatch):
+    for k, v in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match="under torchrun each process trains on one device"):
+        train.Learner(model(), optim.SGD(lr=0.1), dashboard=None,
+                      devices=[NdArray(), NdArray()])
