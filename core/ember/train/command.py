@@ -111,6 +111,7 @@ def run(args):
     from . import Accuracy, CpuUse, Learner, LearningRate, Loss, MemoryUse
     from .checkpoint import CheckpointError, latest
     from .checkpoint import load as load_checkpoint
+    from .parallel import environment
 
     out = Path(args.out) if args.out else Path("runs") / args.dataset
     config = dict(RECIPES[args.dataset], dataset=args.dataset, seed=0, limit=None)
@@ -171,6 +172,9 @@ def run(args):
     total_steps = config["epochs"] * len(train_loader)
     opt = optim.Adam(lr=_schedule(config["lr"], total_steps))
     command = f"ember train {args.dataset} --out {shlex.quote(str(out))} --resume"
+    if environment() is not None:  # resumed as it was started
+        command = (f"torchrun --nnodes {os.environ.get('GROUP_WORLD_SIZE', 1)} --nproc-per-node "
+                   f"{os.environ.get('LOCAL_WORLD_SIZE', 1)} -m {command}")
     try:
         learner = Learner(model, opt, loss=nn.CrossEntropyLoss(),
                           metrics=[Loss(), Accuracy(), LearningRate(), CpuUse(), MemoryUse()],
