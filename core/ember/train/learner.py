@@ -25,6 +25,9 @@ checkpoint_dir/model.safetensors (the last weights), history.json (epoch values)
 curves.png (every metric's train and valid curves). `learner.resume(path or folder)` restores
 model, optimizer (and its scheduler), epoch and batch, RNG state, metric sums and curves; a
 DataLoader then continues at the very batch the run stopped before.
+
+Data parallel: `devices=[B1, B2, ...]` (a replica per device, each on its thread; strategy "ddp"
+or "multi") or torchrun (a replica per process): _ddp_step, _multi_step and parallel.py.
 """
 
 import contextlib
