@@ -194,3 +194,16 @@ def test_buffers_are_reused_through_autodiff_when_nothing_saved_them():
     np.testing.assert_allclose(e.to_numpy(), np.exp(np.ones(3)))
     g = w.grad(s.backward()).to_numpy()
     np.testing.assert_allclose(g, 2 * np.exp(np.ones(3)))
+
+
+def test_on_final_gets_each_leafs_complete_gradient_during_backward():
+    a, b = t(np.arange(6.0).reshape(2, 3)), t([1.0, 2.0, 3.0])
+    unused = t([5.0])
+    y = ((a * b).exp().sum_dim(1) * (a.sum() + b.sum())).sum()  # several paths to a and b
+    seen = []
+    grads = y.backend.backward(y, on_final=lambda leaf, g: seen.append((leaf, g)))
+    assert len(seen) == 2 == len({leaf for leaf, _ in seen})  # once each; not `unused`
+    by_leaf = dict(seen)
+    for x in (a, b):
+        assert by_leaf[x._prim.node.id] is x.grad(grads)  # already the final value
+    assert unused.grad(grads) is None

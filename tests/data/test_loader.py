@@ -121,3 +121,23 @@ def test_bad_arguments():
         data.DataLoader(_dataset(), batch_size=0)
     with pytest.raises(TypeError, match="transform"):
         data.DataLoader(_dataset(), transform=3)
+
+
+def test_shards_of_a_batch_are_its_parts_in_order():
+    loader = data.DataLoader(_dataset(), batch_size=16, shuffle=True, seed=3, numpy=True)
+    whole = _labels(loader.batches(1))
+    parts = [_labels(loader.batches(1, shard=(i, 3))) for i in range(3)]
+    for b, labels in enumerate(whole):  # rows [k*i//3, k*(i+1)//3) of each batch of k
+        k = len(labels)
+        assert [p[b] for p in parts] == [labels[k * i // 3:k * (i + 1) // 3] for i in range(3)]
+    assert _labels(loader.batches(1, start=2, shard=(1, 3))) == parts[1][2:]
+
+
+def test_each_shard_draws_its_own_transform_choices():
+    seen = []
+    loader = data.DataLoader(_dataset(), batch_size=8, numpy=True, prefetch=0,
+                             transform=lambda x, rng: seen.append(rng.random()) or x)
+    list(loader.batches(0, shard=(0, 2)))
+    list(loader.batches(0, shard=(1, 2)))
+    assert seen[0] == np.random.default_rng([0, 0, 0, 0]).random()
+    assert seen[len(loader)] == np.random.default_rng([0, 0, 0, 1]).random()

@@ -309,3 +309,21 @@ def test_devices_trains_data_parallel(mnist_ready, tmp_path, capsys):
     with pytest.raises(SystemExit) as usage:  # argparse's usage error
         cli.main([*SMALL, "--devices", "0", "--out", str(run)])
     assert usage.value.code == 2
+
+
+def test_torchrun_trains_over_two_processes(mnist_ready, tmp_path):
+    pytest.importorskip("torch.distributed", reason="the torchrun path needs torch")
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "ember",
+         *SMALL, "--epochs", "1", "--out", str(run)],
+        cwd=tmp_path, env=dict(ENV, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+        timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("test accuracy") == 1  # process 0 reports
+    assert (run / "model.safetensors").is_file() and (run / "history.json").is_file()

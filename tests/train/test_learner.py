@@ -289,8 +289,9 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_earlier_one(tmp_path, mon
 
 
 # ---- data parallel on threads: Learner(devices=[...]) -----------------------------------------
+@pytest.mark.parametrize("strategy", ["ddp", "multi"])
 @pytest.mark.parametrize("n_devices", [2, 4])
-def test_virtual_devices_train_as_one_device_with_the_same_global_batch(n_devices):
+def test_virtual_devices_train_as_one_device_with_the_same_global_batch(n_devices, strategy):
     from ember.backend import NdArray
     runs = {}
     for devices in (None, [NdArray() for _ in range(n_devices)]):
@@ -298,7 +299,7 @@ def test_virtual_devices_train_as_one_device_with_the_same_global_batch(n_device
         # SGD, not Adam: its step is proportional to the gradient, so a wrong weighting of
         # the shards' gradients shows
         learner = train.Learner(m, optim.SGD(lr=0.1, momentum=0.9), dashboard=None,
-                                devices=devices)
+                                devices=devices, strategy=strategy)
         train_loader, _ = loaders(batch_size=10)
         learner.fit(train_loader, epochs=5)  # 4 batches of 10 an epoch: 20 steps
         runs["one" if devices is None else "many"] = (weights(learner.model),
@@ -333,3 +334,69 @@ def test_devices_and_backend_together_are_refused():
     with pytest.raises(ValueError, match="backend= or devices="):
         train.Learner(model(), optimizer(), dashboard=None, backend=NdArray(),
                       devices=[NdArray(), NdArray()])
+
+
+def _devices_fit(tmp_path, strategy, dashboard=None, overlap=True, resume=False, **kw):
+    from ember.backend import NdArray
+    learner = train.Learner(model(seed=3, dropout=0.0), optimizer(), dashboard=dashboard,
+                            checkpoint_dir=tmp_path, devices=[NdArray(), NdArray(), NdArray()],
+                            strategy=strategy, **kw)
+    learner._overlap = overlap
+    if resume:
+        learner.resume()
+    return learner, learner.fit(loaders(batch_size=10)[0], epochs=4)
+
+
+def test_ddp_replicas_keep_equal_weights_and_optimizer_states(tmp_path):
+    learner, m = _devices_fit(tmp_path, "ddp")
+    (m0, o0, _), *others = learner._replicas
+    assert m0 is m and o0 is learner.optimizer
+    for mi, oi, _ in others:
+        for name, value in weights(m).items():
+            np.testing.assert_array_equal(weights(mi)[name], value, err_msg=name)
+        assert oi.step_count == o0.step_count == 16
+        assert oi.scheduler.last_epoch == o0.scheduler.last_epoch == 16
+
+
+def test_ddp_overlap_changes_nothing_but_the_time(tmp_path):
+    _, overlapped = _devices_fit(tmp_path / "a", "ddp")
+    _, after = _devices_fit(tmp_path / "b", "ddp", overlap=False)
+    for name, value in weights(after).items():  # the same sums, in other buckets
+        np.testing.assert_array_equal(weights(overlapped)[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "multi"])
+def test_devices_resume_continues_bit_for_bit(tmp_path, strategy):
+    _, full = _devices_fit(tmp_path / "full", strategy)
+    learner, _ = _devices_fit(tmp_path / "cut", strategy, dashboard=StopAt(6))
+    assert learner.interrupted and learner.step == 6
+    _, resumed = _devices_fit(tmp_path / "cut", strategy, resume=True)
+    for name, value in weights(full).items():
+        np.testing.assert_array_equal(weights(resumed)[name], value, err_msg=name)
+
+
+def test_unknown_strategy_is_refused():
+    from ember.backend import NdArray
+    with pytest.raises(ValueError, match="strategy must be 'ddp' or 'multi'"):
+        train.Learner(model(), optimizer(), dashboard=None, devices=[NdArray(), NdArray()],
+                      strategy="fsdp")
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "multi"])
+def test_two_virtual_wgpu_devices_train_as_one(strategy):
+    pytest.importorskip("wgpu")
+    from ember.backend import Wgpu
+    runs = {}
+    for devices in (None, [Wgpu(), Wgpu()]):  # two instances on one adapter
+        m = model(seed=3, dropout=0.0)
+        if devices is None:
+            m.to(Wgpu())
+        learner = train.Learner(m, optim.SGD(lr=0.1, momentum=0.9), dashboard=None,
+                                devices=devices, strategy=strategy)
+        learner.fit(loaders(batch_size=10)[0], epochs=5)  # 20 steps
+        losses = learner.history.epoch_values("Loss", "train")
+        runs["many" if devices else "one"] = weights(learner.model), losses
+    (w1, l1), (wn, ln) = runs["one"], runs["many"]
+    for name in w1:
+        np.testing.assert_allclose(wn[name], w1[name], rtol=2e-5, atol=2e-6, err_msg=name)
+    assert ln == pytest.approx(l1, rel=1e-5)

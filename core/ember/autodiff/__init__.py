@@ -155,14 +155,18 @@ class Autodiff(Backend):
         p = t._prim
         return Tensor(ADPrim(p.prim, None, p.shape, p.dtype), self, t.shape, t.dtype)
 
-    def backward(self, t, retain_graph=False):
+    def backward(self, t, retain_graph=False, on_final=None):
+        """The Gradients of t. on_final(leaf_id, grad), if given, is called as soon as a
+        leaf's gradient is complete, during the walk (data parallel training starts
+        reducing it while backward goes on); leaf_id is the key Gradients uses."""
         root = t._prim.node
         if root is None:
             raise BackendError("backward: this tensor does not depend on any tensor that "
                                "requires grad; call .require_grad() on the inputs first")
         grads = Gradients()
         seed = Tensor.full(t.shape, 1, self.inner, t.dtype)
-        _backprop(root, seed, self, create_graph=False, retain=retain_graph, sink=grads._grads)
+        _backprop(root, seed, self, create_graph=False, retain=retain_graph, sink=grads._grads,
+                  on_final=on_final)
         return grads
 
     def grad_tensor(self, prim, node, create_graph):
@@ -251,16 +255,16 @@ def _sum_to(g, shape):
     return g.reshape(shape)
 
 
-def _backprop(root, seed, backend, create_graph, retain, sink):
+def _backprop(root, seed, backend, create_graph, retain, sink, on_final=None):
     """Run every node's grad rule from root down; leaf gradients are added into `sink`."""
     outer, _state.sink = getattr(_state, "sink", None), sink  # for checkpoint's rule
     try:
-        _walk(root, seed, backend, create_graph, retain, sink)
+        _walk(root, seed, backend, create_graph, retain, sink, on_final)
     finally:
         _state.sink = outer
 
 
-def _walk(root, seed, backend, create_graph, retain, sink):
+def _walk(root, seed, backend, create_graph, retain, sink, on_final=None):
     pending = {root.id: seed}
     for node in _topological(root):
         g = pending.pop(node.id, None)
@@ -268,6 +272,8 @@ def _walk(root, seed, backend, create_graph, retain, sink):
             continue
         if node.op is None:
             sink[node.id] = sink[node.id] + g if node.id in sink else g
+            if on_final is not None:  # every consumer of a leaf comes before it in the order
+                on_final(node.id, sink[node.id])
             continue
         if node.saved is None:
             raise BackendError(f"backward: the graph through {node.op.name} was freed by an "

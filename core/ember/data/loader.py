@@ -76,12 +76,20 @@ class DataLoader:
         yield from self.batches(epoch)
         self.epoch = epoch + 1
 
-    def batches(self, epoch, start=0):
-        """The batches of `epoch` from batch number `start` on (a generator)."""
+    def batches(self, epoch, start=0, shard=None):
+        """The batches of `epoch` from batch number `start` on (a generator). shard=(i, n):
+        only part i of n of each batch (rows [k*i//n, k*(i+1)//n) of a batch of k), the
+        items of one process in data parallel training; the transform's random choices of
+        part i are drawn from default_rng([seed, epoch, batch, i])."""
         order = self.order(epoch)
         count = len(self)
-        jobs = [(epoch, b, order[b * self.batch_size:(b + 1) * self.batch_size])
-                for b in range(start, count)]
+        jobs = []
+        for b in range(start, count):
+            rows, key = order[b * self.batch_size:(b + 1) * self.batch_size], (epoch, b)
+            if shard is not None:
+                i, n = shard
+                rows, key = rows[len(rows) * i // n:len(rows) * (i + 1) // n], (epoch, b, i)
+            jobs.append((key, rows))
         if self.prefetch and threads_available() and len(jobs) > 1:
             produced = self._threaded(jobs)
         else:
@@ -95,10 +103,10 @@ class DataLoader:
                 close()
 
     # ---- making one batch ----------------------------------------------------------------
-    def _arrays(self, epoch, b, indices):
+    def _arrays(self, key, indices):
         arrays = list(_batch(self.dataset, indices))
         if self.transform is not None:
-            rng = np.random.default_rng([self.seed, int(epoch), int(b)])
+            rng = np.random.default_rng([self.seed, *map(int, key)])
             arrays[0] = self.transform(arrays[0], rng)
         return tuple(arrays)
 

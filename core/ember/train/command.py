@@ -16,6 +16,10 @@ Ctrl-C, SIGTERM (or q in the TUI) stops after the current step with a checkpoint
 with status 130; `--resume` continues the run in --out from its newest checkpoint that can be
 read (or from the file given), with the settings the run started with. A non-finite loss stops
 the run (status 1) before it reaches a checkpoint, as does a checkpoint that cannot be written.
+
+`torchrun --nproc-per-node N -m ember train ...` trains data parallel over N processes (each
+its shard of every batch, gradients all-reduced through torch.distributed); process 0 alone
+shows the dashboard and writes --out and --export.
 """
 
 import json
@@ -107,6 +111,7 @@ def run(args):
     from . import Accuracy, CpuUse, Learner, LearningRate, Loss, MemoryUse
     from .checkpoint import CheckpointError, latest
     from .checkpoint import load as load_checkpoint
+    from .parallel import environment
 
     out = Path(args.out) if args.out else Path("runs") / args.dataset
     config = dict(RECIPES[args.dataset], dataset=args.dataset, seed=0, limit=None)
@@ -167,14 +172,21 @@ def run(args):
     total_steps = config["epochs"] * len(train_loader)
     opt = optim.Adam(lr=_schedule(config["lr"], total_steps))
     command = f"ember train {args.dataset} --out {shlex.quote(str(out))} --resume"
-    learner = Learner(model, opt, loss=nn.CrossEntropyLoss(),
-                      metrics=[Loss(), Accuracy(), LearningRate(), CpuUse(), MemoryUse()],
-                      dashboard=None if args.dashboard == "none" else args.dashboard,
-                      checkpoint_dir=out, best_metric=("valid", "Accuracy"),
-                      extra_state={"config": config}, resume_hint=command,
-                      title=f"ember train {args.dataset} ({backend}"
-                            + (f" x{len(devices)})" if len(devices) > 1 else ")"),
-                      devices=devices if len(devices) > 1 else None)
+    if environment() is not None:  # resumed as it was started
+        command = (f"torchrun --nnodes {os.environ.get('GROUP_WORLD_SIZE', 1)} --nproc-per-node "
+                   f"{os.environ.get('LOCAL_WORLD_SIZE', 1)} -m {command}")
+    try:
+        learner = Learner(model, opt, loss=nn.CrossEntropyLoss(),
+                          metrics=[Loss(), Accuracy(), LearningRate(), CpuUse(), MemoryUse()],
+                          dashboard=None if args.dashboard == "none" else args.dashboard,
+                          checkpoint_dir=out, best_metric=("valid", "Accuracy"),
+                          extra_state={"config": config}, resume_hint=command,
+                          title=f"ember train {args.dataset} ({backend}"
+                                + (f" x{len(devices)})" if len(devices) > 1 else ")"),
+                          devices=devices if len(devices) > 1 else None)
+    except (ValueError, ImportError) as e:  # --devices under torchrun; torchrun without torch
+        print(f"ember train: {e}", file=sys.stderr)
+        return 2
     if resume_from is not None:
         learner.resume(saved["path"])  # the file load_checkpoint chose
         if learner.epochs != config["epochs"]:  # a longer (or shorter) run: re-plan the decay
@@ -195,6 +207,8 @@ def run(args):
         return 130 if isinstance(e, KeyboardInterrupt) else 1
     if learner.interrupted:
         return 130
+    if learner.rank != 0:  # under torchrun: process 0 reports and exports
+        return 0
     accuracy = learner.history.epoch_values("Accuracy", "valid")
     final = accuracy[max(accuracy)] if accuracy else None
     print(f"ember train {args.dataset}: {learner.epoch} epochs, {learner.step} steps in "

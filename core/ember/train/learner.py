@@ -25,9 +25,13 @@ checkpoint_dir/model.safetensors (the last weights), history.json (epoch values)
 curves.png (every metric's train and valid curves). `learner.resume(path or folder)` restores
 model, optimizer (and its scheduler), epoch and batch, RNG state, metric sums and curves; a
 DataLoader then continues at the very batch the run stopped before.
+
+Data parallel: `devices=[B1, B2, ...]` (a replica per device, each on its thread; strategy "ddp"
+or "multi") or torchrun (a replica per process): _ddp_step, _multi_step and parallel.py.
 """
 
 import contextlib
+import copy
 import json
 import signal
 import sys
@@ -44,7 +48,8 @@ from ..autodiff import Autodiff, no_grad
 from ..distribution import rng as ember_rng
 from ..tensor import Tensor
 from . import checkpoint as ckpt
-from .dashboard import make_dashboard
+from . import parallel
+from .dashboard import Dashboard, make_dashboard
 from .history import History
 from .metrics import Loss, Metric, StepOutput
 
@@ -88,18 +93,26 @@ class EarlyStopping:
 
 class _Stop:
     """SIGINT and SIGTERM handling while fitting: the first signal asks for a clean stop, the
-    second raises KeyboardInterrupt. Installed only on the main thread (signals need it)."""
+    second raises KeyboardInterrupt. Installed only on the main thread (signals need it).
+    deferred (under torchrun): a request is only `wanted` until the processes agree() in a
+    training step, so that all of them stop after the same step."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, announce):
-        self.requested, self.count, self.reason = False, 0, None
-        self._announce, self._old = announce, {}
+    def __init__(self, announce, deferred=False):
+        self.requested, self.count, self.reason, self.wanted = False, 0, None, None
+        self._announce, self._old, self.deferred = announce, {}, deferred
 
     def request(self, reason):
+        if self.wanted is None:
+            self.wanted = reason
+            self._announce(reason)
+        if not self.deferred:
+            self.agree(reason)
+
+    def agree(self, reason):
         if not self.requested:
             self.requested, self.reason = True, reason
-            self._announce(reason)
 
     def _handler(self, signum, frame):
         self.count += 1
@@ -136,14 +149,22 @@ class Learner:
     extra_state: a dict stored in every checkpoint (`ember train` keeps its settings there).
     resume_hint: what to print after an interruption (default: learner.resume(...)).
     title: the dashboard's title.
-    devices: backends to train on in data parallel (one replica and thread each, see
-        _parallel_step); the first holds the model, and validation, metrics and checkpoints.
+    devices: backends to train on in data parallel (one replica and thread each); the first
+        holds the model, and validation, metrics and checkpoints.
+    strategy: with devices, "ddp" (every replica keeps its weights and optimizer; gradients
+        all-reduced in buckets during backward, the same update on each: _ddp_step) or
+        "multi" (gradients gathered on the first device, one update there, the replicas
+        get the weights back: _multi_step).
+
+    Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR set; torch needed) every process trains a
+    replica on its shard of each batch, gradients all-reduced through torch.distributed;
+    process 0 (learner.rank) alone has the dashboard and writes checkpoints and outputs.
     """
 
     def __init__(self, model, optimizer, loss=None, metrics=None, dashboard="auto",
                  checkpoint_dir=None, keep_last=2, checkpoint_every=None, best_metric=None,
                  early_stopping=None, backend=None, extra_state=None, resume_hint=None,
-                 title="ember train", devices=None):
+                 title="ember train", devices=None, strategy="ddp"):
         from .. import nn
         self.optimizer = optimizer
         self.loss_fn = loss if loss is not None else nn.CrossEntropyLoss()
@@ -170,6 +191,18 @@ class Learner:
                                  "trains on the first device)")
             backend = self.devices[0]
         self.model = _on_autodiff(model, backend)
+        if strategy not in ("ddp", "multi"):
+            raise ValueError(f"Learner: strategy must be 'ddp' or 'multi', got {strategy!r}")
+        self.strategy, self._overlap, self._replicas, self._stop = strategy, True, None, None
+        self._dist, self.rank = None, 0
+        if parallel.environment() is not None:
+            if self.devices and len(self.devices) > 1:
+                raise ValueError("Learner: under torchrun each process trains on one device; "
+                                 "give each process its own (devices=None, or one device)")
+            self._dist = parallel.TorchGroup(self._backend().inner)
+            self.rank = self._dist.rank
+            if self.rank != 0:  # process 0 reports (also how to resume) and writes
+                self.dashboard = Dashboard()
         self.history = History()
         self.epoch, self.batch, self.step, self.epochs = 0, 0, 0, None
         self.best = None            # (value, epoch) of best_metric
@@ -192,7 +225,8 @@ class Learner:
         if self.dashboard.stop_requested:  # a `q` of an earlier fit() is spent
             self.dashboard.stop_requested = False
         self._started = time.perf_counter()
-        stop = _Stop(self._announce_stop)
+        self._replicas = None  # made again from self.model: it may have changed since
+        stop = self._stop = _Stop(self._announce_stop, deferred=self._dist is not None)
         self.dashboard.start(self)
         try:
             with stop:
@@ -230,10 +264,18 @@ class Learner:
         self.dashboard.message(f"{reason}: stopping after this step and writing a "
                                f"checkpoint{again}")
 
-    def _batches(self, loader, epoch, start):
-        if hasattr(loader, "batches"):
-            return loader.batches(epoch, start)
-        return islice(iter(loader), start, None)
+    def _batches(self, loader, epoch, start, shard=False):
+        """The batches from `start` on; shard: under torchrun, this process's part of each."""
+        from ..data import DataLoader
+        part = (self.rank, self._dist.size) if shard and self._dist is not None else None
+        if isinstance(loader, DataLoader):
+            return loader.batches(epoch, start, shard=part)
+        batches = (loader.batches(epoch, start) if hasattr(loader, "batches")
+                   else islice(iter(loader), start, None))
+        if part is None:
+            return batches
+        return ((_numpy(x)[slice(*_cut(len(x), *part))], _numpy(y)[slice(*_cut(len(y), *part))])
+                for x, y in batches)
 
     def _train_epoch(self, loader, stop):
         n = _length(loader)
@@ -242,7 +284,7 @@ class Learner:
         self.model.train()
         needs_output = any(m.needs_output for m in self.metrics["train"])
         tick = time.perf_counter()
-        for batch in self._batches(loader, self.epoch, self.batch):
+        for batch in self._batches(loader, self.epoch, self.batch, shard=True):
             out = self._train_step(batch, needs_output)
             self.batch += 1
             self.step += 1
@@ -251,16 +293,19 @@ class Learner:
             if self.checkpoint_every and self.step % self.checkpoint_every == 0 and \
                     self.batch != n:  # an epoch's last batch: its end checkpoints
                 self._checkpoint()
-            if stop.requested or self.dashboard.stop_requested:
-                stop.request("q" if self.dashboard.stop_requested else "stop")
+            if self.dashboard.stop_requested:
+                stop.request("q")
+            if stop.requested:
                 return
         if n is None:
             n = self.batch
         self._progress["batches"] = n
 
     def _train_step(self, batch, needs_output):
-        if self.devices and len(self.devices) > 1:
-            return self._parallel_step(batch, needs_output)
+        if self._dist is not None or (self.devices and len(self.devices) > 1):
+            if self.strategy == "multi" and self._dist is None:
+                return self._multi_step(batch, needs_output)
+            return self._ddp_step(batch, needs_output)
         x, y = self._inputs(batch, self._backend())
         logits = self.model(x)
         loss = self.loss_fn(logits, y)
@@ -280,24 +325,95 @@ class Learner:
                 "before that step's update")
         return value
 
-    def _parallel_step(self, batch, needs_output):
-        """Data parallel on threads (Burn's DDP): the batch is cut into one shard per device;
-        each replica (a clone of the model with the same param ids, on its device) computes
-        its shard's loss and gradients on its own thread (ember's gradients are values, so
-        nothing is shared); the gradients, weighted by shard size, add up to those of the whole
-        batch's mean loss, and one update on the first device's model follows, which the
-        replicas copy before the next step. Losses the mean of a batch (the default) are what
-        this weighting assumes; buffers (BatchNorm's running statistics) are the first
-        replica's."""
+    def _ddp_step(self, batch, needs_output):
+        """Burn's DDP: one replica per device (replica 0 is self.model with self.optimizer;
+        the others clones with the same param ids and copies of the optimizer, made at the
+        first step of a fit), each on its thread with its shard of the batch (ember's
+        gradients are values: nothing is shared). Each gradient, weighted by its shard's share
+        of the batch, goes to a parallel.Reducer as soon as backward has finished it; the
+        buckets' sums are the gradients of the whole batch's mean loss (the loss a mean over
+        the batch, as the default is), and every replica applies the same update to its
+        weights. Under torchrun the replicas are the processes. Buffers (BatchNorm's running
+        statistics) are each replica's own; replica 0's are saved."""
+        x, y = _pair(batch)
+        if self._replicas is None:
+            self._replicas = self._make_replicas()
+        n, reps, dist = len(x), self._replicas, self._dist
+        active = [(i, x[a:b], y[a:b]) for i, (a, b) in enumerate(
+            _cut(n, r, len(reps)) for r in range(len(reps))) if b > a]
+        group = dist or parallel.ThreadGroup(len(active))
+
+        def work(k):
+            i, xs, ys = active[k]
+            model, _, device = reps[i]
+            try:
+                logits = model(_tensor(xs, device))
+                loss = self.loss_fn(logits, _tensor(ys, device))
+                value, total = float(loss.item()) * len(xs), n
+                if dist is not None:  # the global batch, and whether a process wants to stop
+                    wanted = self._stop is not None and self._stop.wanted is not None
+                    total, value, stops = dist.sum([n, value, float(wanted)])
+                    if stops:
+                        self._stop.agree(self._stop.wanted or "stop (another process)")
+                reducer = parallel.Reducer(group, k, model, len(xs) / total)
+                grads = loss.backend.backward(
+                    loss, on_final=reducer.on_final if self._overlap else None)
+                return (value / total, reducer.finish(grads),
+                        logits.to_numpy() if needs_output else None)
+            except BaseException as e:
+                if dist is None:
+                    group.abort(e)
+                raise
+
+        def update(i):
+            model, opt, device = reps[i]
+            mine = grads[i] if i in grads else grads[active[0][0]].to(device.inner)
+            model = opt.step(model, mine)
+            return model
+
+        parts = self._on_threads(work, len(active))
+        value = self._finite(sum(p[0] for p in parts) if dist is None else parts[0][0])
+        grads = {i: p[1] for (i, _, _), p in zip(active, parts)}
+        lr = self.optimizer.lr
+        self.model = self._on_threads(update, len(reps))[0]
+        logits = np.concatenate([p[2] for p in parts]) if needs_output else None
+        return StepOutput("train", value, logits, y, n, lr)
+
+    def _on_threads(self, fn, n):
+        if n == 1:
+            return [fn(0)]
+        with ThreadPoolExecutor(n, thread_name_prefix="ember-replica") as pool:
+            return list(pool.map(fn, range(n)))
+
+    def _make_replicas(self):
+        """[(model, optimizer, device)] for _ddp_step; under torchrun every process starts
+        from process 0's weights."""
+        if self._dist is not None:
+            record.load_state_dict(self.model, self._dist.broadcast(
+                record.state_dict(self.model)))
+            return [(self.model, self.optimizer, self._backend())]
+        reps, saved = [(self.model, self.optimizer, self.devices[0])], None
+        for device in self.devices[1:]:
+            model = _replica(self.model, device)
+            opt = copy.copy(self.optimizer)
+            opt.state, opt.scheduler = {}, copy.deepcopy(self.optimizer.scheduler)
+            saved = saved or self.optimizer.state_dict(self.model)
+            opt.load_state_dict(saved, model)
+            reps.append((model, opt, device))
+        return reps
+
+    def _multi_step(self, batch, needs_output):
+        """Burn's multi-device strategy: the batch is cut into one shard per device; each
+        replica (a clone of the model on its device, made every step) computes its shard's
+        loss and gradients on its own thread; the gradients, weighted by shard size, are
+        gathered and summed on the first device, where the one update runs; the replicas
+        copy its weights before the next step. Buffers are the first replica's."""
         from ..optim import GradientsParams
-        if not isinstance(batch, tuple | list) or len(batch) != 2:
-            raise ValueError("Learner: each batch must be a pair (inputs, targets), got "
-                             f"{type(batch).__name__}")
-        x, y = (_numpy(v) for v in batch)
+        x, y = _pair(batch)
         n = len(x)
         cuts = [n * i // len(self.devices) for i in range(len(self.devices) + 1)]
         shards = [(d, x[a:b], y[a:b]) for d, a, b in zip(self.devices, cuts, cuts[1:]) if b > a]
-        replicas = [self.model] + [self.model.clone().to(d) for d, _, _ in shards[1:]]
+        replicas = [self.model] + [_replica(self.model, d) for d, _, _ in shards[1:]]
 
         def work(i):
             device, xs, ys = shards[i]
@@ -309,8 +425,7 @@ class Learner:
                 lambda k, g: g * w)
             return float(loss.item()) * w, grads, (logits.to_numpy() if needs_output else None)
 
-        with ThreadPoolExecutor(len(shards), thread_name_prefix="ember-replica") as pool:
-            parts = list(pool.map(work, range(len(shards))))
+        parts = self._on_threads(work, len(shards))
         value = self._finite(sum(p[0] for p in parts))
         grads = parts[0][1]
         for p in parts[1:]:
@@ -339,8 +454,9 @@ class Learner:
                                  int(x.shape[0]))
                 tick = self._time("valid", tick)
                 self._record("valid", out, n, b + 1)
-                if stop.requested or self.dashboard.stop_requested:
-                    stop.request("q" if self.dashboard.stop_requested else "stop")
+                if self.dashboard.stop_requested:
+                    stop.request("q")
+                if stop.requested:
                     return None
         return self._values("valid")
 
@@ -366,7 +482,7 @@ class Learner:
                                    self._higher_is_better(es.metric))
         self.dashboard.epoch_end(epoch, summary, self.seconds)
         self._checkpoint()
-        if improved and self.checkpoint_dir is not None:
+        if improved and self.checkpoint_dir is not None and self.rank == 0:
             record.save(self.model, self.checkpoint_dir / "best.safetensors",
                         metadata={"epoch": str(epoch), "metric": "/".join(self.best_metric),
                                   "value": repr(self.best[0])})
@@ -465,7 +581,7 @@ class Learner:
         }
 
     def _checkpoint(self, reason=None):
-        if self.checkpoint_dir is None:
+        if self.checkpoint_dir is None or self.rank != 0:
             return None
         state = self.state_dict()
         kept = f"the newest checkpoint, {self.last_checkpoint}, is kept" \
@@ -512,6 +628,7 @@ class Learner:
         if self.early_stopping is not None and state.get("early_stopping") is not None:
             self.early_stopping.load_state_dict(state["early_stopping"])
         self.last_checkpoint = Path(state["path"])
+        self._replicas = None  # (made again from the restored weights)
         return state.get("extra", {})
 
     def _tell_resume(self):
@@ -527,7 +644,7 @@ class Learner:
         self.dashboard.message(f"stopped {where} (step {self.step}); to resume: {hint}")
 
     def _write_outputs(self):
-        if self.checkpoint_dir is None:
+        if self.checkpoint_dir is None or self.rank != 0:
             return
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         record.save(self.model, self.checkpoint_dir / "model.safetensors",
@@ -584,6 +701,28 @@ def _tensor(value, backend):
     elif array.dtype == np.float64:
         array = array.astype(np.float32)
     return Tensor.from_data(array, backend=backend)
+
+
+def _replica(model, device):
+    """model on `device` with the same param ids and its own gradient leaves; the data is
+    shared where device holds the same kind (values are never changed in place while another
+    refers to them), else copied. (Module.clone deep-copies, which GPU buffers refuse.)"""
+    from ..nn.module import Param, _copy_tree
+    out = _copy_tree(model)
+    out.map_params(lambda n, p: Param(p.value().to(device), p.trainable, p.param_id))
+    return out
+
+
+def _cut(n, part, parts):
+    """Rows [a, b) of part `part` of `parts` of n rows (the same cut everywhere)."""
+    return n * part // parts, n * (part + 1) // parts
+
+
+def _pair(batch):
+    if not isinstance(batch, tuple | list) or len(batch) != 2:
+        raise ValueError("Learner: each batch must be a pair (inputs, targets), got "
+                         f"{type(batch).__name__}")
+    return tuple(_numpy(v) for v in batch)
 
 
 def _numpy(t):
