@@ -15,6 +15,13 @@ never written to memory). An inner backend without `fuse` runs the chain op by o
 other op runs through `inner.execute` as it would without Fusion: every op keeps its eager
 fallback.
 
+An inner backend may also run some other ops inside a block (`inner.fusable(op)`): Wgpu
+runs a reduction and what reads its result back in the reduced row as one row-wise kernel
+(softmax, layer_norm: one kernel), and elementwise work after a matmul in the matmul's
+epilogue (`relu(x @ w + b)`: one kernel). Such ops are queued too; `inner.fuse(block)` returns
+None where it cannot run a block of them as one kernel, and Fusion then runs them on their own
+first.
+
 ember.fusion.trace() says what ran on any backend (Fusion or not): the kernels launched, each
 with the op names it ran, and how many kernels were compiled.
 """
@@ -102,8 +109,11 @@ class Block:
     """A chain of elementwise ops for inner.fuse: `nodes` are OpRecords whose inputs are
     ("leaf", k) for leaves[k] (an inner prim), ("node", j) for node j's result, or a Python
     scalar; every node's shape broadcasts to `shape`, the block's (its last node's); `outputs`
-    are the nodes to write (each of the block's shape), in order. fuse(block) returns their
-    prims, in that order."""
+    are the nodes to write (each of the block's shape, or of a reduction's in the block), in
+    order. fuse(block) returns their prims, in that order. Nodes of ops that are not
+    elementwise are only handed to an inner whose `fusable` accepts them: a reduction of a
+    node or leaf of the block's shape, or a producer (matmul) of the block's shape whose
+    inputs are leaves."""
 
     __slots__ = ("nodes", "leaves", "outputs", "shape")
 
@@ -158,10 +168,17 @@ class Fusion(Backend):
         if op.kind in ELEMENTWISE and op.wgsl is not None and (
                 self.dtypes is None or dtype in self.dtypes):
             return self._queue(op, inputs, attrs, shape, dtype)
+        fusable = getattr(self.inner, "fusable", None)
+        if fusable is not None and fusable(op):
+            if op.kind != REDUCE:  # a producer reads its inputs from memory
+                for x in inputs:
+                    if type(x) is Lazy:
+                        self.realize(x)
+            return self._queue(op, inputs, attrs, shape, dtype)
         if op.kind == REDUCE and type(inputs[0]) is Lazy and inputs[0].node is not None:
-            prim = self._reduced(op, inputs[0], attrs, shape, dtype)
-            if prim is not None:
-                return Lazy(shape, dtype, value=prim)
+            lazy = self._queue(op, inputs, attrs, shape, dtype)
+            self.realize(lazy)  # now (inner runs no reduction inside a block), fused on read
+            return lazy
         prims = [self.realize(x) if type(x) is Lazy else x for x in inputs]
         return Lazy(shape, dtype, value=self.inner.execute(op, prims, attrs, shape, dtype))
 
@@ -226,51 +243,76 @@ class Fusion(Backend):
         return lazy.value
 
     def _run(self, root):
-        block, outputs = self._plan(root)
-        fuse = getattr(self.inner, "fuse", None)
-        if fuse is None or len(block.nodes) == 1:
-            prims = run_block(self.inner, block)
-        else:
+        if root.node.op.kind == REDUCE:
+            return self._run_reduce(root)
+        while True:
+            block, outputs = self._plan(root)
+            fuse = getattr(self.inner, "fuse", None)
+            if fuse is None or len(block.nodes) == 1:
+                prims = run_block(self.inner, block)
+                break
             prims = fuse(block)
-            launched(block.names())
+            if prims is not None:
+                launched(block.names())
+                break
+            # inner cannot run this block's reductions or producer in one kernel: the first
+            # of them on its own, then the rest again
+            order, _ = _chain(root)
+            x = next(x for x in order if x.node.op.kind not in ELEMENTWISE)
+            del order, block, outputs
+            self.realize(x)
+            del x
         for x, prim in zip(outputs, prims):
             x.value, x.node, x.leaves, x.ops = prim, None, (), 0
 
-    def _reduced(self, op, x, attrs, shape, dtype):
-        """A reduction of x's pending chain in one kernel of inner (fuse-on-read), or None
-        (inner cannot). The chain stays pending: what reads it later computes it again, in
-        registers (softmax's exp: once under the sum, once under the division), which costs
-        less than writing it to memory and reading it back."""
+    def _run_reduce(self, root):
+        """A reduction read on its own (fuse-on-read): its input's pending chain computed
+        inside the reduction's kernel where inner can (the chain stays pending: what reads it
+        later computes it again, in registers, which costs less than writing it to memory and
+        reading it back), else through inner.execute."""
+        n = root.node
+        x = n.inputs[0]
+        prim = None
         fuse_reduce = getattr(self.inner, "fuse_reduce", None)
-        if fuse_reduce is None:
-            return None
-        with self._lock:
-            if x.node is None:
-                return None
+        while fuse_reduce is not None and x.node is not None:
+            order, _ = _chain(x)
+            special = [y for y in order if y.node.op.kind not in ELEMENTWISE]
+            del order
+            if special:  # (a reduction or producer inside the chain runs first)
+                self.realize(special[0])
+                del special
+                continue
             block, _ = self._plan(x, writes=False)
-            prim = fuse_reduce(block, op, attrs, shape, dtype)
-        if prim is not None:
-            launched(block.names() + [op.name])
-        return prim
+            prim = fuse_reduce(block, n.op, n.attrs, n.shape, n.dtype)
+            if prim is not None:
+                launched(block.names() + [n.op.name])
+            break
+        if prim is None:
+            prim = self.inner.execute(n.op, [self.realize(x)], n.attrs, n.shape, n.dtype)
+        root.value, root.node, root.leaves, root.ops = prim, None, (), 0
 
     def _plan(self, root, writes=True):
         """The Block that computes root's chain, and the Lazies it writes (root last; with
         writes=False root alone, whoever holds the intermediates)."""
-        if not writes:
-            order, _ = _chain(root)
-            outputs = [root]
-        while writes:
+        while True:
             order, uses = _chain(root)
-            # an intermediate is written only when something outside the chain still holds it
-            # (a tensor, another pending chain): a reference beyond `order`'s and the chain's
-            outputs = [order[k] for k in range(len(order) - 1)
-                       if others(order, k) > uses[id(order[k])]] + [root]
-            wide = [x for x in outputs if x.shape != root.shape]
-            if not wide:
+            outputs = [root]
+            if writes:
+                # an intermediate is written only when something outside the chain still holds
+                # it (a tensor, another chain): a reference beyond `order`'s and the chain's
+                outputs = [order[k] for k in range(len(order) - 1)
+                           if others(order, k) > uses[id(order[k])]] + [root]
+            rows = {x.shape for x in order if x.node.op.kind == REDUCE}
+            # first, on their own: an intermediate to write of another shape (than the
+            # block's, or a reduction's in it), a reduction or producer spanning another shape
+            todo = [x for x in outputs if x.shape != root.shape and x.shape not in rows]
+            todo += [x for x in order[:-1] if x.node.op.kind not in ELEMENTWISE and (
+                x.node.inputs[0].shape if x.node.op.kind == REDUCE else x.shape) != root.shape]
+            if not todo:
                 break
-            for x in wide:  # an intermediate of another shape: its own chain, first
+            for x in todo:
                 self.realize(x)
-            del order, outputs, wide, x  # (their references would count as outside ones)
+            del order, outputs, todo, x  # (their references would count as outside ones)
         index = {id(x): j for j, x in enumerate(order)}
         leaves, leaf_index = [], {}
         nodes = []
