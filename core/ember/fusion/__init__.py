@@ -257,11 +257,8 @@ class Fusion(Backend):
                 break
             # inner cannot run this block's reductions or producer in one kernel: the first
             # of them on its own, then the rest again
-            order, _ = _chain(root)
-            x = next(x for x in order if x.node.op.kind not in ELEMENTWISE)
-            del order, block, outputs
-            self.realize(x)
-            del x
+            del block, outputs
+            self.realize(_special(root))
         for x, prim in zip(outputs, prims):
             x.value, x.node, x.leaves, x.ops = prim, None, (), 0
 
@@ -269,31 +266,41 @@ class Fusion(Backend):
         """A reduction read on its own (fuse-on-read): its input's pending chain computed
         inside the reduction's kernel where inner can (the chain stays pending: what reads it
         later computes it again, in registers, which costs less than writing it to memory and
-        reading it back), else through inner.execute."""
-        n = root.node
-        x = n.inputs[0]
+        reading it back), else through inner.execute. A chain that holds reductions of the
+        same rows runs with it as one block where inner can (a row kernel)."""
+        n = root.node  # (no local names the chain's Lazies: they would count as held)
         prim = None
         fuse_reduce = getattr(self.inner, "fuse_reduce", None)
-        while fuse_reduce is not None and x.node is not None:
-            order, _ = _chain(x)
-            special = [y for y in order if y.node.op.kind not in ELEMENTWISE]
-            del order
-            if special:  # (a reduction or producer inside the chain runs first)
-                self.realize(special[0])
-                del special
+        while fuse_reduce is not None and n.inputs[0].node is not None:
+            if _special(n.inputs[0]) is not None:
+                block, outputs = self._plan(root)
+                if any(b.op.kind not in ELEMENTWISE for b in block.nodes[:-1]):
+                    prims = self.inner.fuse(block)
+                    if prims is not None:
+                        launched(block.names())
+                        for y, p in zip(outputs, prims):
+                            y.value, y.node, y.leaves, y.ops = p, None, (), 0
+                        return
+                del block, outputs
+                if _special(n.inputs[0]) is not None:  # it runs first, on its own
+                    self.realize(_special(n.inputs[0]))
                 continue
-            block, _ = self._plan(x, writes=False)
+            block, _ = self._plan(n.inputs[0], writes=False)
             prim = fuse_reduce(block, n.op, n.attrs, n.shape, n.dtype)
             if prim is not None:
                 launched(block.names() + [n.op.name])
             break
         if prim is None:
-            prim = self.inner.execute(n.op, [self.realize(x)], n.attrs, n.shape, n.dtype)
+            prim = self.inner.execute(n.op, [self.realize(n.inputs[0])], n.attrs, n.shape,
+                                      n.dtype)
         root.value, root.node, root.leaves, root.ops = prim, None, (), 0
 
     def _plan(self, root, writes=True):
         """The Block that computes root's chain, and the Lazies it writes (root last; with
-        writes=False root alone, whoever holds the intermediates)."""
+        writes=False root alone, whoever holds the intermediates). The block's shape is root's,
+        or for a reduction its input's."""
+        n = root.node
+        span = n.inputs[0].shape if n.op.kind == REDUCE else root.shape
         while True:
             order, uses = _chain(root)
             outputs = [root]
@@ -305,9 +312,9 @@ class Fusion(Backend):
             rows = {x.shape for x in order if x.node.op.kind == REDUCE}
             # first, on their own: an intermediate to write of another shape (than the
             # block's, or a reduction's in it), a reduction or producer spanning another shape
-            todo = [x for x in outputs if x.shape != root.shape and x.shape not in rows]
+            todo = [x for x in outputs if x.shape != span and x.shape not in rows]
             todo += [x for x in order[:-1] if x.node.op.kind not in ELEMENTWISE and (
-                x.node.inputs[0].shape if x.node.op.kind == REDUCE else x.shape) != root.shape]
+                x.node.inputs[0].shape if x.node.op.kind == REDUCE else x.shape) != span]
             if not todo:
                 break
             for x in todo:
@@ -331,7 +338,7 @@ class Fusion(Backend):
                     ins.append(("node", index[id(i)]))
             n = x.node
             nodes.append(OpRecord(n.op, tuple(ins), n.attrs, n.shape, n.dtype))
-        return Block(nodes, leaves, [index[id(x)] for x in outputs], root.shape), outputs
+        return Block(nodes, leaves, [index[id(x)] for x in outputs], span), outputs
 
 
 def _reach(inputs):
@@ -346,6 +353,12 @@ def _reach(inputs):
                 leaves.update(x.leaves)
                 ops += x.ops
     return leaves, ops
+
+
+def _special(root):
+    """The first pending op of root's chain that is not elementwise, or None."""
+    order, _ = _chain(root)
+    return next((x for x in order if x.node.op.kind not in ELEMENTWISE), None)
 
 
 def _chain(root):
