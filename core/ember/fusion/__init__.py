@@ -255,10 +255,14 @@ class Fusion(Backend):
             if prims is not None:
                 launched(block.names())
                 break
-            # inner cannot run this block's reductions or producer in one kernel: the first
-            # of them on its own, then the rest again
+            # inner cannot run this block's reductions or producer in one kernel (too many
+            # buffers, reductions of other dims): root's longest input that holds one runs
+            # first (on its own, as a block where inner can), else the first of them
             del block, outputs
-            self.realize(_special(root))
+            held = [x for x in root.node.inputs if type(x) is Lazy and x.node is not None
+                    and _special(x) is not None]
+            self.realize(max(held, key=lambda x: x.ops) if held else _special(root))
+            del held
         for x, prim in zip(outputs, prims):
             x.value, x.node, x.leaves, x.ops = prim, None, (), 0
 
@@ -267,7 +271,8 @@ class Fusion(Backend):
         inside the reduction's kernel where inner can (the chain stays pending: what reads it
         later computes it again, in registers, which costs less than writing it to memory and
         reading it back), else through inner.execute. A chain that holds reductions of the
-        same rows runs with it as one block where inner can (a row kernel)."""
+        same rows runs with it as one block where inner can (a row kernel); other reductions
+        or a producer in the chain: the chain is realized first, the reduction then reads it."""
         n = root.node  # (no local names the chain's Lazies: they would count as held)
         prim = None
         fuse_reduce = getattr(self.inner, "fuse_reduce", None)
@@ -282,9 +287,10 @@ class Fusion(Backend):
                             y.value, y.node, y.leaves, y.ops = p, None, (), 0
                         return
                 del block, outputs
-                if _special(n.inputs[0]) is not None:  # it runs first, on its own
-                    self.realize(_special(n.inputs[0]))
-                continue
+                # else the input first (its reductions or producer with it, where inner can),
+                # then the reduction of it
+                self.realize(n.inputs[0])
+                break
             block, _ = self._plan(n.inputs[0], writes=False)
             prim = fuse_reduce(block, n.op, n.attrs, n.shape, n.dtype)
             if prim is not None:
