@@ -342,6 +342,9 @@ def _needs(block, roots, stop=()):
     return sorted(nodes), sorted(leaves)
 
 
+FUSED_QUADS = 2  # vec4s a fused flat4 invocation computes (on the H200: bench/fusion.py --gpu)
+
+
 def fused_source(block, leaf_dtypes, entry):
     """WGSL for a fusion Block (ember.fusion): each node's expression in registers, node by
     node with its own NaN rules, and only block.outputs stored. `leaf_dtypes`: the dtypes of
@@ -365,17 +368,27 @@ def fused_source(block, leaf_dtypes, entry):
 
     fields = dict(OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings), NT=nt)
     if vec:
-        quads = [f"let q{t} = in{t}[info[{5 + 2 * t}] / 4 + i];" for t in range(nt)]
-        results = [f"var res{o}: vec4<{STORAGE[dtypes[j]]}>;"
-                   for o, j in enumerate(block.outputs)]
-        lanes = ["{\n        " + "\n        ".join(
-            [load(t, f"q{t}.{lane}") for t in range(nt)] + body
-            + [f"res{o}.{lane} = {stored(j)};" for o, j in enumerate(block.outputs)])
-            + "\n    }" for lane in "xyzw"]
-        src = render("fused4.wgsl", **fields, QUADS="\n    ".join(quads + scalars),
-                     RESULTS="\n    ".join(results), LANES="\n    ".join(lanes),
-                     STORES="\n    ".join(f"out{o}[i] = res{o};"
-                                           for o in range(len(outputs))))
+        # FUSED_QUADS vec4s an invocation, 256 apart (neighbours read neighbouring vec4s): all
+        # loads first (clamped to the last vec4: no branch), then the chain and the stores
+        per = FUSED_QUADS
+        quads, lanes = [], []
+        for u in range(per):
+            quads.append(f"let i{u} = base + {256 * u};")
+            quads.append(f"let j{u} = min(i{u}, n4 - 1);")
+            quads += [f"let q{t}_{u} = in{t}[info[{5 + 2 * t}] / 4 + j{u}];" for t in range(nt)]
+        body_vec = [f"var res{o}: vec4<{STORAGE[dtypes[j]]}>;"
+                    for o, j in enumerate(block.outputs)]
+        for u in range(per):
+            lanes.append(f"if (i{u} < n4) {{")
+            lanes += ["    " + line for line in body_vec]
+            for lane in "xyzw":
+                lanes += ["    {"] + ["        " + line for line in (
+                    [load(t, f"q{t}_{u}.{lane}") for t in range(nt)] + body
+                    + [f"res{o}.{lane} = {stored(j)};" for o, j in enumerate(block.outputs)])]
+                lanes += ["    }"]
+            lanes += [f"    out{o}[i{u}] = res{o};" for o in range(len(outputs))] + ["}"]
+        src = render("fused4.wgsl", **fields, PER=per, QUADS="\n    ".join(quads + scalars),
+                     LANES="\n    ".join(lanes))
         return src, entry, ("w",) * len(outputs) + ("r",) * nt
     stores = [f"out{o}[i] = {stored(j)};" for o, j in enumerate(block.outputs)]
     walk = [f"var at{u} = info[4 + rank + {u} * (rank + 1)];" for u in range(nt)]

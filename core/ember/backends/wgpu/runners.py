@@ -25,6 +25,7 @@ from ...backend.base import sole_owner
 from ...errors import DTypeError
 from ...ops import ELEMENTWISE, MOVEMENT, OPS, REDUCE
 from ...ops.definitions import _check_index
+from . import kernels
 from .kernels import (
     compile_kernel,
     elementwise_source,
@@ -179,7 +180,7 @@ def fused(be, block):
     if flat:
         entry = "flat4" if n % 4 == 0 and all(x.offset % 4 == 0 for x in leaves) else "flat"
     dtypes = tuple(x.dtype for x in leaves)
-    key = ("fused", block.key(), dtypes, entry)
+    key = ("fused", block.key(), dtypes, entry, kernels.FUSED_QUADS)
     k = be.device.kernels.get(key)
     if k is None:
         k = compile_kernel(be.device, key, "fused",
@@ -193,7 +194,8 @@ def fused(be, block):
         words = view_words(shape, [(x.offset, broadcast_strides(x, shape)) for x in leaves])
     be.device.dispatch(k, tuple(o.storage.gpu for o in outs) + tuple(
         x.storage.gpu for x in leaves), words + scalars,
-        groups_1d(n // 4 if entry == "flat4" else n), be.cache)
+        groups_1d(n // 4, 256 * kernels.FUSED_QUADS) if entry == "flat4" else groups_1d(n),
+        be.cache)
     return outs
 
 
