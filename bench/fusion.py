@@ -96,17 +96,25 @@ def _row(name, seconds, ref, bytes_moved=None):
     print(f"  {name:34s} {seconds * 1e3:8.3f} ms{bw}  {ref / seconds:5.2f}x")
 
 
-def gpu(n=1 << 28, repeat=20, rows=8192, cols=4096, size=4096):
+def gpu(n=1 << 28, repeat=20, rows=8192, cols=4096, size=4096, only=None):
     """The H200 run, everything queued 20 calls a sync, side by side with PyTorch (CUDA) in
     this process: gelu_custom on n float32 (effective TB/s; also synced per call);
     relu(x @ w + b) at size^3 against ember's bare matmul; LayerNorm and softmax over
-    [rows, cols] against torch's. Ratios: the reference's time over the row's."""
-    import torch
-
-    from ember import nn
+    [rows, cols] against torch's. Ratios: the reference's time over the row's. `only`: one
+    of "gelu", "matmul", "norms"."""
     from ember.backend import Wgpu
     inner = Wgpu()
     fused = Fusion(inner)
+    if only in (None, "gelu"):
+        _gpu_gelu(inner, fused, n, repeat)
+    if only in (None, "matmul"):
+        _gpu_matmul(inner, fused, size)
+    if only in (None, "norms"):
+        _gpu_norms(inner, fused, rows, cols)
+
+
+def _gpu_gelu(inner, fused, n, repeat):
+    import torch
     cuda = torch.cuda.synchronize
     data = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
     x, xf = Tensor.from_data(data, backend=inner), Tensor.from_data(data, backend=fused)
@@ -133,8 +141,11 @@ def gpu(n=1 << 28, repeat=20, rows=8192, cols=4096, size=4096):
     f, w, g = times["Fusion(Wgpu())"], times["Wgpu()"], times["torch F.gelu"]
     print(f"  queued: Fusion vs unfused Wgpu {w / f:.2f}x faster; vs F.gelu {g / f:.2f}x its "
           "speed")
-    del x, xf, t, cases
 
+
+def _gpu_matmul(inner, fused, size):
+    import torch
+    cuda = torch.cuda.synchronize
     rng = np.random.default_rng(1)
     a = rng.standard_normal((size, size), dtype=np.float32)
     wt = rng.standard_normal((size, size), dtype=np.float32) / np.float32(np.sqrt(size))
@@ -151,9 +162,14 @@ def gpu(n=1 << 28, repeat=20, rows=8192, cols=4096, size=4096):
     _row("Wgpu() x @ w (bare matmul)", bare, bare)
     _row("Fusion(Wgpu()) relu(x @ w + b)", epi, bare)
     _row("torch relu(x @ w + b) (fp32)", torch_mm, bare)
-    del A, W, Af, Wf, bf, ta, tw, tb
 
-    data = rng.standard_normal((rows, cols), dtype=np.float32)
+
+def _gpu_norms(inner, fused, rows, cols):
+    import torch
+
+    from ember import nn
+    cuda = torch.cuda.synchronize
+    data = np.random.default_rng(2).standard_normal((rows, cols), dtype=np.float32)
     moved = 8 * rows * cols
     X, Xf = Tensor.from_data(data, backend=inner), Tensor.from_data(data, backend=fused)
     tx = torch.from_numpy(data).cuda()
@@ -185,10 +201,11 @@ if __name__ == "__main__":
     parser.add_argument("--size", type=int, default=4096, help="the matmul's size")
     parser.add_argument("--rows", type=int, default=8192)
     parser.add_argument("--cols", type=int, default=4096)
+    parser.add_argument("--only", choices=("gelu", "matmul", "norms"), default=None)
     parser.add_argument("--quads", type=int, default=None,
                         help="vec4s a fused elementwise invocation computes (tuning)")
     args = parser.parse_args()
     if args.quads:
         from ember.backends.wgpu import kernels
         kernels.FUSED_QUADS = args.quads
-    gpu(args.elements, rows=args.rows, cols=args.cols, size=args.size)
+    gpu(args.elements, rows=args.rows, cols=args.cols, size=args.size, only=args.only)
