@@ -118,6 +118,10 @@ GRAPHS = {
     "norm-two-dims": (lambda a: _layer_norm(a, (1, 2)), [(2, 3, 5)], {"ndarray": 5, "wgpu": 1}),
     "cross-entropy": (lambda a: _cross_entropy(a), [(6, 10)], {"ndarray": 13, "wgpu": 6}),
     "sum-then-broadcast": (lambda a: a / a.sum_dim(0), [(5, 3)], {"ndarray": 2, "wgpu": 1}),
+    # a leaf and nodes constant along each row: read and computed once a row
+    "row-constants": (lambda a, m: (a - m.exp()) * (a.sum_dim(1).abs() + m.exp()).sqrt(),
+                      [(4, 6), (4, 1)],
+                      {"ndarray": 2, "wgpu": 1}),
     "mean-all": (lambda a: (a * a).mean(), [(7, 7)], {"ndarray": 3, "wgpu": 2}),
     "sixteen-inputs": (lambda *xs: _sum_all(xs) * 2, [(4,)] * 16, 3),  # 7 leaves a kernel
     # multiple outputs: one kernel writes every result the caller reads

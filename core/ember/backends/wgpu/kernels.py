@@ -288,10 +288,12 @@ def _scalar_value(raw, dt):
     return {"float32": f"bitcast<f32>({raw})", "int32": raw, "bool": f"({raw} != 0)"}[dt]
 
 
-def _chain_body(block, leaf_dtypes, values=None):
+def _chain_body(block, leaf_dtypes, values=None, nan_scalars=None):
     """(the scalars' `let`s, each node's statements, each node's dtype) of a fusion Block: node
     j's result is `rJ`, computed from `vT` (leaf T's element) and `sJ` (scalar J, from info);
-    `values` maps a node that is not elementwise (a reduction, a producer) to its value."""
+    `values` maps a node that is not elementwise (a reduction, a producer) to its value;
+    `nan_scalars`, where given, the scalars known to be NaN (the NaN rules of the others are
+    left out: the host knows them not to be NaN)."""
     scalars, body, dtypes = [], [], []
     for j, n in enumerate(block.nodes):
         if values and j in values:
@@ -318,7 +320,8 @@ def _chain_body(block, leaf_dtypes, values=None):
         expr = n.op.wgsl.format(*operands, **{**n.attrs, "dtype": VALUE[n.dtype]})
         stmts = [f"var r{j} = {_BUILTIN_CALL.sub(lambda m: PRECISE[m.group(1)] + '(', expr)};"]
         for k, rule in enumerate(nan_rules(n.op, kinds, n.attrs)):
-            if rule is not None:
+            if rule is not None and (nan_scalars is None or not names[k].startswith("s")
+                                     or int(names[k][1:]) in nan_scalars):
                 stmts.append(f"if (is_nan({names[k]})) {{ r{j} = {_literal(rule, n.dtype)}; }}")
         body.append(stmts)
         dtypes.append(n.dtype)
@@ -345,7 +348,7 @@ def _needs(block, roots, stop=()):
 FUSED_QUADS = 2  # vec4s a fused flat4 invocation computes (on the H200: bench/fusion.py --gpu)
 
 
-def fused_source(block, leaf_dtypes, entry):
+def fused_source(block, leaf_dtypes, entry, nan_scalars=None):
     """WGSL for a fusion Block (ember.fusion): each node's expression in registers, node by
     node with its own NaN rules, and only block.outputs stored. `leaf_dtypes`: the dtypes of
     block.leaves; `entry`: "flat4" or "flat" (every leaf dense in the block's shape; flat4:
@@ -357,7 +360,7 @@ def fused_source(block, leaf_dtypes, entry):
                for o, j in enumerate(block.outputs)]
     bindings = [f"@group(1) @binding({len(outputs) + t}) var<storage, read> in{t}: "
                 f"array<{wrap(STORAGE[dt])}>;" for t, dt in enumerate(leaf_dtypes)]
-    scalars, body, dtypes = _chain_body(block, leaf_dtypes)
+    scalars, body, dtypes = _chain_body(block, leaf_dtypes, nan_scalars=nan_scalars)
     body = [line for stmts in body for line in stmts]
 
     def load(t, value):
@@ -449,11 +452,13 @@ _ROW_REDUCERS = {
 }
 
 
-def fused_rows_source(block, leaf_dtypes, special, row_outputs):
+def fused_rows_source(block, leaf_dtypes, special, row_outputs, invariant):
     """WGSL for a fusion Block with reductions (fused_rows.wgsl): a workgroup per row of the
     reduced dims runs one pass over the row per reduction in `special` (its input computed
     from the leaves, in registers, as in fused_reduce), then a last pass that computes and
-    writes block.outputs (those in `row_outputs`, of the reductions' shape, once a row)."""
+    writes block.outputs (those in `row_outputs`, of the reductions' shape, once a row).
+    `invariant`: the leaves and nodes constant along a row (layer_norm's 1 / sqrt(var + eps)),
+    computed once before a pass, not per element."""
     nt, no = len(leaf_dtypes), len(block.outputs)
     values = {j: f"red{p}" for p, j in enumerate(special)}
     scalars, body, dtypes = _chain_body(block, leaf_dtypes, values)
@@ -461,19 +466,21 @@ def fused_rows_source(block, leaf_dtypes, special, row_outputs):
                f"array<{STORAGE[dtypes[j]]}>;" for o, j in enumerate(block.outputs)]
     bindings = [f"@group(1) @binding({no + t}) var<storage, read> in{t}: "
                 f"array<{STORAGE[dt]}>;" for t, dt in enumerate(leaf_dtypes)]
-    views = [f"in{t}" for t in range(nt)] + [f"out{o}" for o in range(no)]
-    # each view's offset at this row (kb), and where its reduced strides start in info (rs)
-    kept = [f"let rs{v} = 7 + rk + rr + {v} * (1 + rk + rr) + 1 + rk;" for v in range(len(views))]
-    kept += [f"var kb{v} = info[rs{v} - 1 - rk];" for v in range(len(views))]
+    views = range(nt + no)  # the leaves, then the outputs
+    # each view's offset at this row (kb), where its reduced strides start in info (rs), and
+    # its one reduced stride when the reduced dims coalesce to one (rst)
+    kept = [f"let rs{v} = 7 + rk + rr + {v} * (1 + rk + rr) + 1 + rk;" for v in views]
+    kept += [f"let rst{v} = info[rs{v}];" for v in views]
+    kept += [f"var kb{v} = info[rs{v} - 1 - rk];" for v in views]
     kept += ["var rem = o;", "for (var d = rk - 1; d >= 0; d--) {",
              "    let size = info[7 + d];", "    let q = rem / size;",
              "    let c = rem - q * size;", "    rem = q;"]
-    kept += [f"    kb{v} += c * info[rs{v} - rk + d];" for v in range(len(views))] + ["}"]
+    kept += [f"    kb{v} += c * info[rs{v} - rk + d];" for v in views] + ["}"]
 
     def element(vs, inner):
         """The loop over this thread's elements of the row: views `vs` at `atV`, then inner."""
         walk = [f"var at{v} = kb{v};" for v in vs]
-        walk += ["if (rr == 1) {"] + [f"    at{v} += r * info[rs{v}];" for v in vs]
+        walk += ["if (rr == 1) {"] + [f"    at{v} += r * rst{v};" for v in vs]
         walk += ["} else {", "    var rem = r;", "    for (var d = rr - 1; d >= 0; d--) {",
                  "        let size = info[7 + rk + d];", "        let q = rem / size;",
                  "        let c = rem - q * size;", "        rem = q;"]
@@ -481,39 +488,52 @@ def fused_rows_source(block, leaf_dtypes, special, row_outputs):
         return (["for (var r = i32(lid); r < nr; r += 256) {"]
                 + ["    " + line for line in walk + inner] + ["}"])
 
+    hoisted, loaded = set(), set()
+
+    def split(nodes, leaves):
+        """(statements before the loop: the row's invariant nodes not computed yet, with their
+        leaves; the loop's leaf loads and statements)."""
+        pre = [k for k in nodes if (k in invariant or k in values) and k not in hoisted]
+        pre_leaves = sorted({i[1] for k in pre if k not in values for i in block.nodes[k].inputs
+                             if type(i) is tuple and i[0] == "leaf"} - loaded)
+        hoisted.update(pre)
+        loaded.update(pre_leaves)
+        before = [_load(k, leaf_dtypes[k], f"kb{k}") for k in pre_leaves]
+        before += [line for k in pre for line in body[k]]
+        inner = [_load(k, leaf_dtypes[k], f"at{k}") for k in leaves if k not in loaded]
+        inner += [line for k in nodes if k not in hoisted for line in body[k]]
+        return before, inner, [k for k in leaves if k not in loaded]
+
     passes, shared, done = [], [], set()
     for p, j in enumerate(special):
         n = block.nodes[j]
         src = n.inputs[0]
         t = STORAGE[dtypes[src[1]] if src[0] == "node" else leaf_dtypes[src[1]]]
         init, combine = _ROW_REDUCERS[(n.op.name, t)]
-        roots = [src[1]] if src[0] == "node" else []
-        nodes, leaves = _needs(block, roots, stop=done)
+        nodes, leaves = _needs(block, [src[1]] if src[0] == "node" else [], stop=done)
         if src[0] == "leaf":
             leaves = sorted({*leaves, src[1]})
         value = f"r{src[1]}" if src[0] == "node" else f"v{src[1]}"
         shared.append(f"var<workgroup> part{p}: array<{t}, 256>;")
         shared.append(f"fn combine{p}(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}")
-        inner = [_load(k, leaf_dtypes[k], f"at{k}") for k in leaves]
-        inner += [line for k in nodes for line in body[k]]
+        before, inner, walked = split(nodes, leaves)
         inner += [f"acc = combine{p}(acc, {value});"]
-        passes += ["{", f"    var acc = {init};"]
-        passes += ["    " + line for line in element(leaves, inner)]
+        passes += before + ["{", f"    var acc = {init};"]
+        passes += ["    " + line for line in element(walked, inner)]
         passes += [f"    part{p}[lid] = acc;", "}", "workgroupBarrier();",
                    "for (var s = 128u; s > 0u; s >>= 1u) {", "    if (lid < s) {",
                    f"        part{p}[lid] = combine{p}(part{p}[lid], part{p}[lid + s]);",
                    "    }", "    workgroupBarrier();", "}", f"let red{p} = part{p}[0];"]
         done.add(j)
     nodes, leaves = _needs(block, block.outputs, stop=done)
-    inner = [_load(k, leaf_dtypes[k], f"at{k}") for k in leaves]
-    inner += [line for k in nodes for line in body[k]]
+    before, inner, walked = split(nodes, leaves)
     rows = []
     for o, j in enumerate(block.outputs):
         value = f"select(0u, 1u, r{j})" if dtypes[j] == "bool" else f"r{j}"
         (rows if o in row_outputs else inner).append(f"out{o}[at{nt + o}] = {value};")
     if rows:
         inner += ["if (r == 0) {"] + ["    " + line for line in rows] + ["}"]
-    last = element(leaves + [nt + o for o in range(no)], inner)
+    last = before + element(walked + [nt + o for o in range(no)], inner)
     return render("fused_rows.wgsl", OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings),
                   NT=nt + no, SHARED="\n".join(shared), KEPT="\n    ".join(kept),
                   SCALARS="\n    ".join(scalars), PASSES="\n    ".join(passes + last))

@@ -180,11 +180,14 @@ def fused(be, block):
     if flat:
         entry = "flat4" if n % 4 == 0 and all(x.offset % 4 == 0 for x in leaves) else "flat"
     dtypes = tuple(x.dtype for x in leaves)
-    key = ("fused", block.key(), dtypes, entry, kernels.FUSED_QUADS)
+    # the scalars that are NaN (almost never): the others' NaN rules are left out of the kernel
+    scalars = [i for n in block.nodes for i in n.inputs if type(i) is not tuple]
+    nans = tuple(s for s, v in enumerate(scalars) if v != v)
+    key = ("fused", block.key(), dtypes, entry, kernels.FUSED_QUADS, nans)
     k = be.device.kernels.get(key)
     if k is None:
         k = compile_kernel(be.device, key, "fused",
-                           lambda: fused_source(block, dtypes, entry))
+                           lambda: fused_source(block, dtypes, entry, nans))
     scalars = _scalar_words(block)
     if flat:
         words = [n, 1, 1, 0, n]
@@ -607,17 +610,23 @@ def fused_rows(be, block, special):
         return None
     outs = [be.empty(s, nodes[j].dtype) for s, j in zip(out_shapes, block.outputs)]
     row_outputs = tuple(o for o, s in enumerate(out_shapes) if s != shape)
+
+    def along_row(s):  # a shape whose every reduced dim has size 1: constant along a row
+        lead = len(shape) - len(s)
+        return all(d < lead or s[d - lead] == 1 for d in dims)
+    invariant = tuple(k for k, x in enumerate(leaves) if along_row(x.shape))
+    invariant_nodes = {j for j, n in enumerate(nodes) if along_row(n.shape)}
     views = [(x.offset, broadcast_strides(x, shape)) for x in leaves]
     views += [(0, broadcast_strides(o, shape)) for o in outs]
     kept = [d for d in range(len(shape)) if d not in dims]
     kshape, kstr = coalesce([shape[d] for d in kept], [[st[d] for d in kept] for _, st in views])
     rshape, rstr = coalesce([shape[d] for d in dims], [[st[d] for d in dims] for _, st in views])
     dtypes = tuple(x.dtype for x in leaves)
-    key = ("fused_rows", block.key(), dtypes, row_outputs)
+    key = ("fused_rows", block.key(), dtypes, row_outputs, invariant)
     k = be.device.kernels.get(key)
     if k is None:
         k = compile_kernel(be.device, key, "fused_rows", lambda: (
-            fused_rows_source(block, dtypes, special, row_outputs), "main",
+            fused_rows_source(block, dtypes, special, row_outputs, invariant_nodes), "main",
             ("w",) * len(outs) + ("r",) * len(leaves)))
     words = [n_out, n_all // n_out, len(kshape), len(rshape), 0, 0, 0, *kshape, *rshape]
     for (offset, _), ks, rs in zip(views, kstr, rstr):
