@@ -608,6 +608,8 @@ def fused_rows(be, block, special):
     if (any(s not in (shape, row) for s in out_shapes) or n_all == 0
             or len(leaves) + len(out_shapes) > _MAX_BUFFERS):
         return None
+    if n_out < 128 and n_all > 4096 * n_out and not be.device.bridge.is_cpu:
+        return None  # a few long rows: a GPU does better with chunked reductions first
     outs = [be.empty(s, nodes[j].dtype) for s, j in zip(out_shapes, block.outputs)]
     row_outputs = tuple(o for o, s in enumerate(out_shapes) if s != shape)
 
