@@ -2,6 +2,9 @@
 seed's gelu_custom (five elementwise ops) as one generated kernel.
 
     ember bench fusion               # the runner's table: Fusion(B) / B for NdArray and Wgpu
+    python bench/fusion.py --cpu     # the CPU run: gelu_custom on 4M float32 and a longer
+                                     # chain: NdArray(), Fusion(NdArray()) (one generated C
+                                     # kernel, backends/native/fused.py) and NumPy, best of 7
     python bench/fusion.py --gpu     # the GPU run against PyTorch (CUDA): gelu_custom on 256M
                                      # float32 (TB/s of Fusion(Wgpu()), Wgpu(), F.gelu), relu(x @
                                      # w + b) at 4096 against the bare matmul, LayerNorm and
@@ -49,8 +52,99 @@ def _case(ctx, name, inner, n):
     return ctx.time_row(f"gelu_custom {n} float32, Fusion({name}) vs {name}", ours, ref)
 
 
+def long_chain(x, b):
+    """12 elementwise ops, a [1024] bias broadcast over the rows: scale and shift, leaky ReLU,
+    a square, softsign, a residual."""
+    h = x * 1.5 + b
+    h = h.maximum(h * 0.1)
+    h = h * h * 0.25 - h
+    h = h / (h.abs() + 1)
+    return h * 2 + x
+
+
+def _numpy_long_chain(x, b):
+    h = x * np.float32(1.5) + b
+    h = np.maximum(h, h * np.float32(0.1))
+    h = h * h * np.float32(0.25) - h
+    h = h / (np.abs(h) + np.float32(1))
+    return h * np.float32(2) + x
+
+
+def _numpy_gelu_custom(x):  # NumPy has no erf: ember's NumPy one (ops/numerics.py)
+    from ember.ops import numerics
+    y = x * (numerics.erf(x / np.float32(SQRT_2)) + np.float32(1))
+    return y / np.float32(2)
+
+
+def _chain_case(ctx, inner, n):
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal((n // 1024, 1024), dtype=np.float32)
+    bias = rng.standard_normal(1024, dtype=np.float32)
+    fused = Fusion(inner)
+    x, b = (Tensor.from_data(v, backend=inner) for v in (data, bias))
+    xf, bf = (Tensor.from_data(v, backend=fused) for v in (data, bias))
+    np.testing.assert_allclose(long_chain(xf, bf).to_numpy(), long_chain(x, b).to_numpy(),
+                               rtol=1e-6, atol=1e-6)
+    ours, ref = ctx.measure(_synced(fused, lambda: long_chain(xf, bf)),
+                            _synced(inner, lambda: long_chain(x, b)))
+    return ctx.time_row(f"12-op chain [{n // 1024}, 1024] float32 + bias, Fusion(NdArray) vs "
+                        "NdArray", ours, ref)
+
+
 def ndarray(ctx):
     yield _case(ctx, "NdArray", NdArray(), 1 << 22)
+    yield _chain_case(ctx, NdArray(), 1 << 22)
+
+
+def _best(fn, repeat):
+    """The fastest of `repeat` timed calls (after one untimed): on a shared, noisy machine the
+    minimum is the run least disturbed."""
+    fn()
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def cpu(n=1 << 22, repeat=7):
+    """The CPU run: gelu_custom on n float32 and the 12-op chain on [n / 1024, 1024] (+ a
+    bias), each on NdArray(), Fusion(NdArray()) and NumPy in this process; each result read
+    back to NumPy (which runs Fusion's pending chain)."""
+    from ember.backends.native import fused as native_fused
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal(n, dtype=np.float32)
+    grid, bias = data.reshape(-1, 1024), rng.standard_normal(1024, dtype=np.float32)
+    plain, fused = NdArray(), Fusion(NdArray())
+
+    def gelu_on(B):
+        x = Tensor.from_data(data, backend=B)
+        return lambda: gelu_custom(x).to_numpy()
+
+    def chain_on(B):
+        x, b = Tensor.from_data(grid, backend=B), Tensor.from_data(bias, backend=B)
+        return lambda: long_chain(x, b).to_numpy()
+    cases = {  # name -> (a backend's call, NumPy's)
+        f"gelu_custom [{n}]": (gelu_on, lambda: _numpy_gelu_custom(data)),
+        f"12-op chain [{n // 1024}, 1024] + bias": (
+            chain_on, lambda: _numpy_long_chain(grid, bias)),
+    }
+    tiles = Fusion(NdArray(kernels="numpy"))  # the fallback: blocks over NumPy tiles
+    print(f"Fusion(NdArray()) on the CPU, float32, best of {repeat} (ms); x: NdArray() time / "
+          "this one's; tiles: Fusion(NdArray(kernels='numpy')), the path without a compiler")
+    print(f"  {'case':34s} {'NdArray()':>10s} {'Fusion':>8s} {'tiles':>8s} {'NumPy':>8s} "
+          f"{'Fusion x':>9s} {'tiles x':>8s} {'NumPy x':>8s}")
+    for name, (make, numpy_fn) in cases.items():
+        runs = {"NdArray()": make(plain), "Fusion": make(fused), "tiles": make(tiles),
+                "NumPy": numpy_fn}
+        times = {k: _best(fn, repeat) for k, fn in runs.items()}
+        t = times["NdArray()"]
+        print(f"  {name:34s} {t * 1e3:10.2f} " + " ".join(
+            f"{times[k] * 1e3:8.2f}" for k in ("Fusion", "tiles", "NumPy")) + " " + " ".join(
+            f"{t / times[k]:8.2f}x" for k in ("Fusion", "tiles", "NumPy")))
+    print(f"  generated C kernels: {native_fused.counters} "
+          f"(compiled here, loaded, runs; compiled 0: from the cache)")
 
 
 def wgpu(ctx):
@@ -195,17 +289,24 @@ def _gpu_norms(inner, fused, rows, cols):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpu", action="store_true", required=True,
-                        help="the GPU run (needs torch with CUDA; else: ember bench fusion)")
-    parser.add_argument("--elements", type=int, default=1 << 28)
-    parser.add_argument("--size", type=int, default=4096, help="the matmul's size")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--gpu", action="store_true",
+                       help="the GPU run (needs torch with CUDA; else: ember bench fusion)")
+    which.add_argument("--cpu", action="store_true", help="the CPU run (NdArray)")
+    parser.add_argument("--elements", type=int, default=None)
+    parser.add_argument("--size", type=int, default=4096, help="the GPU run's matmul size")
     parser.add_argument("--rows", type=int, default=8192)
     parser.add_argument("--cols", type=int, default=4096)
-    parser.add_argument("--only", choices=("gelu", "matmul", "norms"), default=None)
+    parser.add_argument("--only", choices=("gelu", "matmul", "norms"), default=None,
+                        help="one part of the GPU run")
     parser.add_argument("--quads", type=int, default=None,
                         help="vec4s a fused elementwise invocation computes (tuning)")
     args = parser.parse_args()
-    if args.quads:
-        from ember.backends.wgpu import kernels
-        kernels.FUSED_QUADS = args.quads
-    gpu(args.elements, rows=args.rows, cols=args.cols, size=args.size, only=args.only)
+    if args.cpu:
+        cpu(args.elements or 1 << 22)
+    else:
+        if args.quads:
+            from ember.backends.wgpu import kernels
+            kernels.FUSED_QUADS = args.quads
+        gpu(args.elements or 1 << 28, rows=args.rows, cols=args.cols, size=args.size,
+            only=args.only)
