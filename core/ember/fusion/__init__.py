@@ -276,26 +276,27 @@ class Fusion(Backend):
         n = root.node  # (no local names the chain's Lazies: they would count as held)
         prim = None
         fuse_reduce = getattr(self.inner, "fuse_reduce", None)
-        while fuse_reduce is not None and n.inputs[0].node is not None:
-            if _special(n.inputs[0]) is not None:
-                block, outputs = self._plan(root)
-                if any(b.op.kind not in ELEMENTWISE for b in block.nodes[:-1]):
-                    prims = self.inner.fuse(block)
-                    if prims is not None:
-                        launched(block.names())
-                        for y, p in zip(outputs, prims):
-                            y.value, y.node, y.leaves, y.ops = p, None, (), 0
-                        return
+        if fuse_reduce is not None and n.inputs[0].node is not None and _special(
+                n.inputs[0]) is not None:
+            block, outputs = self._plan(root)  # (it may run reductions of other rows first)
+            if any(b.op.kind not in ELEMENTWISE for b in block.nodes[:-1]):
+                prims = self.inner.fuse(block)
+                if prims is not None:
+                    launched(block.names())
+                    for y, p in zip(outputs, prims):
+                        y.value, y.node, y.leaves, y.ops = p, None, (), 0
+                    return
                 del block, outputs
-                # else the input first (its reductions or producer with it, where inner can),
+                # else the input first (with its reductions or producer, where inner can),
                 # then the reduction of it
                 self.realize(n.inputs[0])
-                break
+            else:
+                del block, outputs
+        if fuse_reduce is not None and n.inputs[0].node is not None:
             block, _ = self._plan(n.inputs[0], writes=False)
             prim = fuse_reduce(block, n.op, n.attrs, n.shape, n.dtype)
             if prim is not None:
                 launched(block.names() + [n.op.name])
-            break
         if prim is None:
             prim = self.inner.execute(n.op, [self.realize(n.inputs[0])], n.attrs, n.shape,
                                       n.dtype)
