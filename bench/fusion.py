@@ -5,9 +5,10 @@ seed's gelu_custom (five elementwise ops) as one generated kernel.
     python bench/fusion.py --cpu     # the CPU run: gelu_custom on 4M float32 and a longer
                                      # chain: NdArray(), Fusion(NdArray()) (one generated C
                                      # kernel, backends/native/fused.py) and NumPy, best of 7
-    python bench/fusion.py --gpu     # the GPU run: gelu_custom on 256M float32, effective
-                                     # TB/s of Fusion(Wgpu()), Wgpu() and torch's F.gelu (CUDA),
-                                     # synced per call and queued 20 calls a sync
+    python bench/fusion.py --gpu     # the GPU run against PyTorch (CUDA): gelu_custom on 256M
+                                     # float32 (TB/s of Fusion(Wgpu()), Wgpu(), F.gelu), relu(x @
+                                     # w + b) at 4096 against the bare matmul, LayerNorm and
+                                     # softmax over [8192, 4096] against torch's
 
 Effective bandwidth counts what the function must move: its input read once and its result
 written once (8 bytes an element), whatever the kernels move in between. Every timing ends
@@ -184,14 +185,31 @@ def _queued(fn, sync, calls=20, repeat=5):
     return statistics.median(times)
 
 
-def gpu(n=1 << 28, repeat=20):
-    """The H200 run: effective TB/s of gelu_custom on n float32, per call with a sync each
-    (latency) and queued, 20 calls a sync (throughput)."""
-    import torch
+def _row(name, seconds, ref, bytes_moved=None):
+    bw = f" {bytes_moved / seconds / 1e12:5.2f} TB/s" if bytes_moved else ""
+    print(f"  {name:34s} {seconds * 1e3:8.3f} ms{bw}  {ref / seconds:5.2f}x")
 
+
+def gpu(n=1 << 28, repeat=20, rows=8192, cols=4096, size=4096, only=None):
+    """The H200 run, everything queued 20 calls a sync, side by side with PyTorch (CUDA) in
+    this process: gelu_custom on n float32 (effective TB/s; also synced per call);
+    relu(x @ w + b) at size^3 against ember's bare matmul; LayerNorm and softmax over
+    [rows, cols] against torch's. Ratios: the reference's time over the row's. `only`: one
+    of "gelu", "matmul", "norms"."""
     from ember.backend import Wgpu
     inner = Wgpu()
     fused = Fusion(inner)
+    if only in (None, "gelu"):
+        _gpu_gelu(inner, fused, n, repeat)
+    if only in (None, "matmul"):
+        _gpu_matmul(inner, fused, size)
+    if only in (None, "norms"):
+        _gpu_norms(inner, fused, rows, cols)
+
+
+def _gpu_gelu(inner, fused, n, repeat):
+    import torch
+    cuda = torch.cuda.synchronize
     data = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
     x, xf = Tensor.from_data(data, backend=inner), Tensor.from_data(data, backend=fused)
     check = slice(0, 1 << 20)
@@ -204,19 +222,69 @@ def gpu(n=1 << 28, repeat=20):
         "Wgpu() gelu op": (lambda: x.gelu(), inner.sync),  # the hand-written primitive
         "Fusion x*2+1": (lambda: fused.realize((xf * 2 + 1)._prim), inner.sync),
         "Wgpu() x+1": (lambda: x + 1, inner.sync),  # one elementwise kernel: the floor
-        "torch F.gelu": (lambda: torch.nn.functional.gelu(t), torch.cuda.synchronize),
+        "torch F.gelu": (lambda: torch.nn.functional.gelu(t), cuda),
     }
     print(f"gelu_custom on {n} float32 ({inner}; {torch.cuda.get_device_name()}); effective "
           "bandwidth counts 8 bytes an element:")
-    rows = {}
+    times = {}
     for name, (fn, sync) in cases.items():
         each = _median_time(lambda fn=fn, sync=sync: (fn(), sync()), repeat)
-        rows[name] = queued = _queued(fn, sync)
+        times[name] = queued = _queued(fn, sync)
         print(f"  {name:16s} synced {each * 1e3:7.3f} ms {8 * n / each / 1e12:5.2f} TB/s | "
               f"queued {queued * 1e3:7.3f} ms {8 * n / queued / 1e12:5.2f} TB/s")
-    f, w, g = rows["Fusion(Wgpu())"], rows["Wgpu()"], rows["torch F.gelu"]
+    f, w, g = times["Fusion(Wgpu())"], times["Wgpu()"], times["torch F.gelu"]
     print(f"  queued: Fusion vs unfused Wgpu {w / f:.2f}x faster; vs F.gelu {g / f:.2f}x its "
           "speed")
+
+
+def _gpu_matmul(inner, fused, size):
+    import torch
+    cuda = torch.cuda.synchronize
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    wt = rng.standard_normal((size, size), dtype=np.float32) / np.float32(np.sqrt(size))
+    b = rng.standard_normal(size, dtype=np.float32)
+    A, W = (Tensor.from_data(v, backend=inner) for v in (a, wt))
+    Af, Wf, bf = (Tensor.from_data(v, backend=fused) for v in (a, wt, b))
+    ta, tw, tb = (torch.from_numpy(v).cuda() for v in (a, wt, b))
+    got = (Af @ Wf + bf).relu().to_numpy()[:64]
+    np.testing.assert_allclose(got, np.maximum(a[:64] @ wt + b, 0), rtol=1e-3, atol=1e-3)
+    bare = _queued(lambda: A @ W, inner.sync, calls=10)
+    epi = _queued(lambda: fused.realize((Af @ Wf + bf).relu()._prim), inner.sync, calls=10)
+    torch_mm = _queued(lambda: torch.relu(ta @ tw + tb), cuda, calls=10)
+    print(f"relu(x @ w + b) at {size}: (ratio: ember's bare matmul time over the row's)")
+    _row("Wgpu() x @ w (bare matmul)", bare, bare)
+    _row("Fusion(Wgpu()) relu(x @ w + b)", epi, bare)
+    _row("torch relu(x @ w + b) (fp32)", torch_mm, bare)
+
+
+def _gpu_norms(inner, fused, rows, cols):
+    import torch
+
+    from ember import nn
+    cuda = torch.cuda.synchronize
+    data = np.random.default_rng(2).standard_normal((rows, cols), dtype=np.float32)
+    moved = 8 * rows * cols
+    X, Xf = Tensor.from_data(data, backend=inner), Tensor.from_data(data, backend=fused)
+    tx = torch.from_numpy(data).cuda()
+    norm, norm_f = nn.LayerNorm(cols, backend=inner), nn.LayerNorm(cols, backend=fused)
+    tnorm = torch.nn.LayerNorm(cols).cuda()
+    np.testing.assert_allclose(norm_f(Xf).to_numpy()[:8], norm(X).to_numpy()[:8], rtol=1e-4,
+                               atol=1e-4)
+    np.testing.assert_allclose(Xf.softmax(-1).to_numpy()[:8], X.softmax(-1).to_numpy()[:8],
+                               rtol=1e-4, atol=1e-7)
+    print(f"over [{rows}, {cols}] float32 (ratio: torch's time over the row's; effective "
+          "bandwidth counts 8 bytes an element):")
+    with torch.no_grad():
+        for name, ours, unfused, ref in (
+                ("LayerNorm", lambda: fused.realize(norm_f(Xf)._prim), lambda: norm(X),
+                 lambda: tnorm(tx)),
+                ("softmax", lambda: fused.realize(Xf.softmax(-1)._prim), lambda: X.softmax(-1),
+                 lambda: torch.softmax(tx, -1))):
+            theirs = _queued(ref, cuda)
+            _row(f"torch {name}", theirs, theirs, moved)
+            _row(f"Fusion(Wgpu()) {name}", _queued(ours, inner.sync), theirs, moved)
+            _row(f"Wgpu() {name}", _queued(unfused, inner.sync), theirs, moved)
 
 
 if __name__ == "__main__":
@@ -226,8 +294,19 @@ if __name__ == "__main__":
                        help="the GPU run (needs torch with CUDA; else: ember bench fusion)")
     which.add_argument("--cpu", action="store_true", help="the CPU run (NdArray)")
     parser.add_argument("--elements", type=int, default=None)
+    parser.add_argument("--size", type=int, default=4096, help="the GPU run's matmul size")
+    parser.add_argument("--rows", type=int, default=8192)
+    parser.add_argument("--cols", type=int, default=4096)
+    parser.add_argument("--only", choices=("gelu", "matmul", "norms"), default=None,
+                        help="one part of the GPU run")
+    parser.add_argument("--quads", type=int, default=None,
+                        help="vec4s a fused elementwise invocation computes (tuning)")
     args = parser.parse_args()
     if args.cpu:
         cpu(args.elements or 1 << 22)
     else:
-        gpu(args.elements or 1 << 28)
+        if args.quads:
+            from ember.backends.wgpu import kernels
+            kernels.FUSED_QUADS = args.quads
+        gpu(args.elements or 1 << 28, rows=args.rows, cols=args.cols, size=args.size,
+            only=args.only)

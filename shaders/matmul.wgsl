@@ -14,6 +14,9 @@
 @group(1) @binding(1) var<storage, read> lhs: array<${T}>;
 @group(1) @binding(2) var<storage, read> rhs: array<${T}>;
 
+// C's store, generated (kernels.epilogue_source): out[i] = v, or a fused epilogue
+${EPILOGUE}
+
 @compute @workgroup_size(8, 8)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let M = info[0];
@@ -26,6 +29,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let z = i32(gid.z) + info[10];
     let ab = batch_offsets(z);
+    epilogue_begin(z);
     let a0 = ab.x;
     let b0 = ab.y;
     let ars = info[5];
@@ -58,9 +62,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let rows = min(M - row0, 4);
     let cols = min(N - col0, 4);
     for (var c = 0; c < cols; c++) {
-        out[base + c] = c0[c];
-        if (rows > 1) { out[base + N + c] = c1[c]; }
-        if (rows > 2) { out[base + 2 * N + c] = c2[c]; }
-        if (rows > 3) { out[base + 3 * N + c] = c3[c]; }
+        store1(base + c, row0, col0 + c, c0[c]);
+        if (rows > 1) { store1(base + N + c, row0 + 1, col0 + c, c1[c]); }
+        if (rows > 2) { store1(base + 2 * N + c, row0 + 2, col0 + c, c2[c]); }
+        if (rows > 3) { store1(base + 3 * N + c, row0 + 3, col0 + c, c3[c]); }
     }
 }

@@ -1,5 +1,6 @@
 // Shared by the matmul kernels (info layout of matmul.wgsl).
 //! include views.wgsl
+//! include lib.wgsl
 
 // The element offsets (A, B) of batch z's matrices: z unravelled over the br batch dims, each
 // with its own A and B stride (0 where that operand is broadcast).

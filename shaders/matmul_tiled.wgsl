@@ -27,6 +27,9 @@
 @group(1) @binding(1) var<storage, read> lhs: array<vec4<${T}>>;
 @group(1) @binding(2) var<storage, read> rhs: array<vec4<${T}>>;
 
+// C's store, generated (kernels.epilogue_source): out[i] = v, or a fused epilogue
+${EPILOGUE}
+
 const BK = 32;
 
 var<workgroup> tile_a: array<array<vec4<${T}>, 32>, BK>;  // [k][m / 4]: A transposed
@@ -55,6 +58,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let K = info[2];
     let z = i32(wid.z) + info[10];
     let ab = batch_offsets(z);
+    epilogue_begin(z);
     let a0 = ab.x;
     let b0 = ab.y;
     let ars = info[5] / 4;
@@ -146,42 +150,42 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let c1 = c0 + 16;
     let row0 = m0 + 0 + ty * 4 + 0;
     if (row0 < M) {
-        if (c0 < n4) { out[base + row0 * n4 + c0] = acc00; }
-        if (c1 < n4) { out[base + row0 * n4 + c1] = acc01; }
+        if (c0 < n4) { store4(base + row0 * n4 + c0, row0, 4 * c0, acc00); }
+        if (c1 < n4) { store4(base + row0 * n4 + c1, row0, 4 * c1, acc01); }
     }
     let row1 = m0 + 0 + ty * 4 + 1;
     if (row1 < M) {
-        if (c0 < n4) { out[base + row1 * n4 + c0] = acc10; }
-        if (c1 < n4) { out[base + row1 * n4 + c1] = acc11; }
+        if (c0 < n4) { store4(base + row1 * n4 + c0, row1, 4 * c0, acc10); }
+        if (c1 < n4) { store4(base + row1 * n4 + c1, row1, 4 * c1, acc11); }
     }
     let row2 = m0 + 0 + ty * 4 + 2;
     if (row2 < M) {
-        if (c0 < n4) { out[base + row2 * n4 + c0] = acc20; }
-        if (c1 < n4) { out[base + row2 * n4 + c1] = acc21; }
+        if (c0 < n4) { store4(base + row2 * n4 + c0, row2, 4 * c0, acc20); }
+        if (c1 < n4) { store4(base + row2 * n4 + c1, row2, 4 * c1, acc21); }
     }
     let row3 = m0 + 0 + ty * 4 + 3;
     if (row3 < M) {
-        if (c0 < n4) { out[base + row3 * n4 + c0] = acc30; }
-        if (c1 < n4) { out[base + row3 * n4 + c1] = acc31; }
+        if (c0 < n4) { store4(base + row3 * n4 + c0, row3, 4 * c0, acc30); }
+        if (c1 < n4) { store4(base + row3 * n4 + c1, row3, 4 * c1, acc31); }
     }
     let row4 = m0 + 64 + ty * 4 + 0;
     if (row4 < M) {
-        if (c0 < n4) { out[base + row4 * n4 + c0] = acc40; }
-        if (c1 < n4) { out[base + row4 * n4 + c1] = acc41; }
+        if (c0 < n4) { store4(base + row4 * n4 + c0, row4, 4 * c0, acc40); }
+        if (c1 < n4) { store4(base + row4 * n4 + c1, row4, 4 * c1, acc41); }
     }
     let row5 = m0 + 64 + ty * 4 + 1;
     if (row5 < M) {
-        if (c0 < n4) { out[base + row5 * n4 + c0] = acc50; }
-        if (c1 < n4) { out[base + row5 * n4 + c1] = acc51; }
+        if (c0 < n4) { store4(base + row5 * n4 + c0, row5, 4 * c0, acc50); }
+        if (c1 < n4) { store4(base + row5 * n4 + c1, row5, 4 * c1, acc51); }
     }
     let row6 = m0 + 64 + ty * 4 + 2;
     if (row6 < M) {
-        if (c0 < n4) { out[base + row6 * n4 + c0] = acc60; }
-        if (c1 < n4) { out[base + row6 * n4 + c1] = acc61; }
+        if (c0 < n4) { store4(base + row6 * n4 + c0, row6, 4 * c0, acc60); }
+        if (c1 < n4) { store4(base + row6 * n4 + c1, row6, 4 * c1, acc61); }
     }
     let row7 = m0 + 64 + ty * 4 + 3;
     if (row7 < M) {
-        if (c0 < n4) { out[base + row7 * n4 + c0] = acc70; }
-        if (c1 < n4) { out[base + row7 * n4 + c1] = acc71; }
+        if (c0 < n4) { store4(base + row7 * n4 + c0, row7, 4 * c0, acc70); }
+        if (c1 < n4) { store4(base + row7 * n4 + c1, row7, 4 * c1, acc71); }
     }
 }

@@ -14,6 +14,9 @@
 @group(1) @binding(1) var<storage, read> lhs: array<vec4<${T}>>;
 @group(1) @binding(2) var<storage, read> rhs: array<vec4<${T}>>;
 
+// C's store, generated (kernels.epilogue_source): out[i] = v, or a fused epilogue
+${EPILOGUE}
+
 @compute @workgroup_size(8, 8)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let M = info[0];
@@ -26,6 +29,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let z = i32(gid.z) + info[10];
     let ab = batch_offsets(z);
+    epilogue_begin(z);
     let a0 = ab.x;
     let b0 = ab.y;
     let ars = info[5] / 4;
@@ -97,35 +101,35 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let base = (z * M * N) / 4 + col0 / 4;
     let second = col0 + 4 < N;
     if (row0 + 0 < M) {
-        out[base + (row0 + 0) * n4] = c00;
-        if (second) { out[base + (row0 + 0) * n4 + 1] = c01; }
+        store4(base + (row0 + 0) * n4, row0 + 0, col0, c00);
+        if (second) { store4(base + (row0 + 0) * n4 + 1, row0 + 0, col0 + 4, c01); }
     }
     if (row0 + 1 < M) {
-        out[base + (row0 + 1) * n4] = c10;
-        if (second) { out[base + (row0 + 1) * n4 + 1] = c11; }
+        store4(base + (row0 + 1) * n4, row0 + 1, col0, c10);
+        if (second) { store4(base + (row0 + 1) * n4 + 1, row0 + 1, col0 + 4, c11); }
     }
     if (row0 + 2 < M) {
-        out[base + (row0 + 2) * n4] = c20;
-        if (second) { out[base + (row0 + 2) * n4 + 1] = c21; }
+        store4(base + (row0 + 2) * n4, row0 + 2, col0, c20);
+        if (second) { store4(base + (row0 + 2) * n4 + 1, row0 + 2, col0 + 4, c21); }
     }
     if (row0 + 3 < M) {
-        out[base + (row0 + 3) * n4] = c30;
-        if (second) { out[base + (row0 + 3) * n4 + 1] = c31; }
+        store4(base + (row0 + 3) * n4, row0 + 3, col0, c30);
+        if (second) { store4(base + (row0 + 3) * n4 + 1, row0 + 3, col0 + 4, c31); }
     }
     if (row0 + 4 < M) {
-        out[base + (row0 + 4) * n4] = c40;
-        if (second) { out[base + (row0 + 4) * n4 + 1] = c41; }
+        store4(base + (row0 + 4) * n4, row0 + 4, col0, c40);
+        if (second) { store4(base + (row0 + 4) * n4 + 1, row0 + 4, col0 + 4, c41); }
     }
     if (row0 + 5 < M) {
-        out[base + (row0 + 5) * n4] = c50;
-        if (second) { out[base + (row0 + 5) * n4 + 1] = c51; }
+        store4(base + (row0 + 5) * n4, row0 + 5, col0, c50);
+        if (second) { store4(base + (row0 + 5) * n4 + 1, row0 + 5, col0 + 4, c51); }
     }
     if (row0 + 6 < M) {
-        out[base + (row0 + 6) * n4] = c60;
-        if (second) { out[base + (row0 + 6) * n4 + 1] = c61; }
+        store4(base + (row0 + 6) * n4, row0 + 6, col0, c60);
+        if (second) { store4(base + (row0 + 6) * n4 + 1, row0 + 6, col0 + 4, c61); }
     }
     if (row0 + 7 < M) {
-        out[base + (row0 + 7) * n4] = c70;
-        if (second) { out[base + (row0 + 7) * n4 + 1] = c71; }
+        store4(base + (row0 + 7) * n4, row0 + 7, col0, c70);
+        if (second) { store4(base + (row0 + 7) * n4 + 1, row0 + 7, col0 + 4, c71); }
     }
 }

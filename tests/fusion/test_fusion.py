@@ -72,8 +72,9 @@ GRAPHS = {
     "relu-chain": (lambda a: (a.relu() * 3).sqrt(), [(8, 8)], 1),
     "cast-in-chain": (lambda a: (a * 10).cast("int32").cast("float32") / 10, [(5,)], 1),
     "int-chain": (lambda a: (a.cast("int32") * 3 + 1).cast("float32"), [(5,)], 1),
-    "softmax-parts": (lambda a: (a - a.max_dim(1)).exp(), [(4, 6)], 2),  # max, then a chain
-    "softmax": (lambda a: a.softmax(1), [(4, 6)], {"ndarray": 4, "wgpu": 3}),
+    # Wgpu: a reduction and what reads it back in its row run as one row kernel
+    "softmax-parts": (lambda a: (a - a.max_dim(1)).exp(), [(4, 6)], {"ndarray": 2, "wgpu": 1}),
+    "softmax": (lambda a: a.softmax(1), [(4, 6)], {"ndarray": 4, "wgpu": 1}),
     "reduce-after": (lambda a, b: (a * b).sum_dim(1), [(4, 6), (4, 6)], {"ndarray": 2, "wgpu": 1}),
     "reduce-before": (lambda a: a.sum_dim(1) * 2 + 1, [(4, 6)], 2),
     "max-of-chain": (lambda a: (a * 3).exp().max_dim(0), [(5, 7)], {"ndarray": 2, "wgpu": 1}),
@@ -82,16 +83,65 @@ GRAPHS = {
                          {"ndarray": 2, "wgpu": 1}),
     "mse": (lambda a, b: ((a - b) * (a - b)).mean(), [(6, 6), (6, 6)],
             {"ndarray": 3, "wgpu": 2}),
-    "matmul-epilogue": (lambda a, w, b: (a @ w + b).relu(), [(4, 5), (5, 3), (3,)], 2),
+    # Wgpu: elementwise work after a matmul runs in its epilogue
+    "matmul-epilogue": (lambda a, w, b: (a @ w + b).relu(), [(4, 5), (5, 3), (3,)],
+                        {"ndarray": 2, "wgpu": 1}),
     # NdArray: sum, mean's division on its own (a local holds the [4, 1] mean: written, and a
     # [4, 8] kernel cannot write it), the centred x (held too) with its square, sum, the rest;
-    # Wgpu: sum, the square's chain inside the second sum, the rest
-    "layer-norm": (lambda a: _layer_norm(a), [(4, 8)], {"ndarray": 5, "wgpu": 3}),
+    # Wgpu: one row kernel (two passes over each row for the sums, one that writes)
+    "layer-norm": (lambda a: _layer_norm(a), [(4, 8)], {"ndarray": 5, "wgpu": 1}),
     "nine-inputs": (lambda *xs: _sum_all(xs).exp(), [(3,)] * 9, 2),  # over 8 buffers: split
     "permuted": (lambda a: (a.permute(1, 0) * 2).exp(), [(3, 5)], 1),
     "sliced": (lambda a: (a[1:, ::2] + 1).sin(), [(4, 6)], 1),
     "expanded": (lambda a: (a.expand(3, 4) * 2) + 1, [(1, 4)], 1),
+    # matmul epilogues: any elementwise chain whose other inputs broadcast to the product
+    "matmul-alone": (lambda a, w: a @ w, [(4, 5), (5, 3)], 1),
+    "matmul-gelu": (lambda a, w, b: gelu_custom(a @ w + b), [(6, 8), (8, 12), (12,)],
+                    {"ndarray": 2, "wgpu": 1}),
+    "matmul-residual": (lambda a, w, c: ((a @ w) + c) * 0.5, [(5, 4), (4, 6), (5, 6)],
+                        {"ndarray": 2, "wgpu": 1}),
+    "matmul-batched": (lambda a, w, b: (a @ w - b).tanh(), [(2, 3, 4), (4, 5), (2, 1, 5)],
+                       {"ndarray": 2, "wgpu": 1}),
+    "matmul-chain": (lambda a, w, v: (a @ w).relu() @ v + 1, [(4, 5), (5, 6), (6, 3)],
+                     {"ndarray": 4, "wgpu": 2}),
+    "two-matmuls-added": (lambda a, w, v: (a @ w) + (a @ v), [(4, 5), (5, 3), (5, 3)],
+                          {"ndarray": 3, "wgpu": 2}),  # one epilogue holds one product
+    "matmul-sum": (lambda a, w: (a @ w + 1).sum_dim(1), [(4, 5), (5, 3)],
+                   {"ndarray": 3, "wgpu": 2}),  # the epilogue writes, the sum reads
+    # row kernels: softmax, log_softmax, layer_norm, cross-entropy
+    "softmax-dim0": (lambda a: a.softmax(0), [(6, 4)], {"ndarray": 4, "wgpu": 1}),
+    "softmax-3d-middle": (lambda a: a.softmax(1), [(3, 5, 4)], {"ndarray": 4, "wgpu": 1}),
+    "softmax-long-rows": (lambda a: a.softmax(-1), [(3, 700)], {"ndarray": 4, "wgpu": 1}),
+    "log-softmax": (lambda a: a.log_softmax(1), [(5, 7)], {"ndarray": 4, "wgpu": 1}),
+    "layer-norm-affine": (lambda a, w, b: _layer_norm(a * 1.5) * w + b, [(4, 300), (300,), (300,)],
+                          {"ndarray": 6, "wgpu": 1}),
+    "norm-two-dims": (lambda a: _layer_norm(a, (1, 2)), [(2, 3, 5)], {"ndarray": 5, "wgpu": 1}),
+    "cross-entropy": (lambda a: _cross_entropy(a), [(6, 10)], {"ndarray": 13, "wgpu": 6}),
+    "sum-then-broadcast": (lambda a: a / a.sum_dim(0), [(5, 3)], {"ndarray": 2, "wgpu": 1}),
+    # a leaf and nodes constant along each row: read and computed once a row
+    "row-constants": (lambda a, m: (a - m.exp()) * (a.sum_dim(1).abs() + m.exp()).sqrt(),
+                      [(4, 6), (4, 1)],
+                      {"ndarray": 2, "wgpu": 1}),
+    "mean-all": (lambda a: (a * a).mean(), [(7, 7)], {"ndarray": 3, "wgpu": 2}),
+    "sixteen-inputs": (lambda *xs: _sum_all(xs) * 2, [(4,)] * 16, 3),  # 7 leaves a kernel
 }
+
+# multiple outputs (a tuple): one kernel writes every result the caller reads
+MULTI_OUTPUT_GRAPHS = {
+    "two-outputs": (lambda a: _two_outputs(a), [(4, 4)], 1),
+    "exp-and-max": (lambda a: _exp_and_max(a), [(3, 9)],
+                    {"ndarray": 2, "wgpu": 1}),  # a row output written once a row
+}
+
+
+def _exp_and_max(a):
+    m = a.max_dim(1)
+    return (a - m).exp(), m
+
+
+def _two_outputs(a):
+    h = (a * 2).exp()
+    return (h + 1).log(), h  # (read first, the last result writes h too)
 
 
 def _sum_all(xs):
@@ -101,26 +151,74 @@ def _sum_all(xs):
     return out
 
 
-def _layer_norm(a):
-    mean = a.mean_dim(1)
+def _layer_norm(a, dims=1):
+    mean = a.mean_dim(dims)
     xc = a - mean
-    var = (xc * xc).mean_dim(1)
+    var = (xc * xc).mean_dim(dims)
     return xc / (var + 1e-5).sqrt()
 
 
-@pytest.mark.parametrize("name", sorted(GRAPHS))
+def _cross_entropy(logits):
+    from ember import nn
+    target = Tensor.from_data(np.arange(logits.shape[0], dtype=np.int32) % logits.shape[1],
+                              backend=logits.backend)
+    return nn.CrossEntropyLoss()(logits, target)
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS) + sorted(MULTI_OUTPUT_GRAPHS))
 def test_kernel_counts_and_results(inner, name):
-    fn, shapes, expected = GRAPHS[name]
+    fn, shapes, expected = GRAPHS.get(name) or MULTI_OUTPUT_GRAPHS[name]
     arrays = [_rand(s, seed) for seed, s in enumerate(shapes)]
-    want = fn(*(_t(a, NdArray()) for a in arrays)).to_numpy()
+    want = fn(*(_t(a, NdArray()) for a in arrays))
+    want = [w.to_numpy() for w in want] if isinstance(want, tuple) else want.to_numpy()
     B = Fusion(inner)
     tensors = [_t(a, B) for a in arrays]
     got, kernels, _ = _counted(lambda: fn(*tensors))
-    assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(*((x if isinstance(x, list) else [x]) for x in (got, want))):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    _expect(kernels, expected, inner)
+
+
+def _expect(kernels, expected, inner):
     if isinstance(expected, dict):
         expected = expected[inner.label]
     assert len(kernels) == expected, kernels
+
+
+# forward and backward on Autodiff(Fusion(inner)): graph -> (loss of the inputs, input shapes,
+# kernels of the forward and the gradients of every input, {inner: number})
+GRAD_GRAPHS = {
+    # the forward chain inside its sum (on NdArray: then the sum), the seed (ones), the whole
+    # backward chain
+    "gelu_custom": (lambda a: gelu_custom(a).sum(), [(16, 16)], {"ndarray": 4, "wgpu": 3}),
+    "softmax": (lambda a, c: (a.softmax(1) * c).sum(), [(4, 9), (4, 9)],
+                {"ndarray": 10, "wgpu": 6}),
+    # Wgpu: each layer_norm one row kernel that also writes what the backward keeps
+    "layer-norm": (lambda a: (_layer_norm(a) * _layer_norm(a)).sum(), [(4, 12)],
+                   {"ndarray": 29, "wgpu": 18}),
+    # Wgpu: the forward in the matmul's epilogue (writing relu's input, kept for the backward)
+    "linear-relu": (lambda a, w, b: (a @ w + b).relu().sum(), [(6, 5), (5, 4), (4,)],
+                    {"ndarray": 8, "wgpu": 7}),
+    "cross-entropy": (lambda a: _cross_entropy(a), [(6, 10)], {"ndarray": 19, "wgpu": 12}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_GRAPHS))
+def test_kernel_counts_and_gradients(inner, name):
+    fn, shapes, expected = GRAD_GRAPHS[name]
+    arrays = [_rand(s, seed) for seed, s in enumerate(shapes)]
+    ref = [_t(a, Autodiff(NdArray())).require_grad() for a in arrays]
+    grads = fn(*ref).backward()
+    want = [x.grad(grads).to_numpy() for x in ref]
+    B = Autodiff(Fusion(inner))
+    xs = [_t(a, B).require_grad() for a in arrays]
+    with ember.fusion.trace() as t:
+        grads = fn(*xs).backward()
+        got = [x.grad(grads).to_numpy() for x in xs]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    _expect([k.ops for k in t.kernels], expected, inner)
 
 
 @pytest.mark.parametrize("name", ["chain", "gelu_custom", "broadcast"])
@@ -288,3 +386,72 @@ def test_an_mnist_training_step_runs_in_fewer_kernels_with_the_same_losses(inner
     np.testing.assert_allclose(fused_losses, plain_losses, rtol=1e-5)
     # measured: 152 kernels a step op by op, 90 (NdArray) and 85 (Wgpu) fused
     assert fused_kernels <= 0.65 * plain_kernels, (fused_kernels, plain_kernels)
+
+
+# ---- Wgpu: matmul epilogues, for each matmul kernel ember.autotune picks from ----------------
+@pytest.mark.parametrize("kernel", ["scalar", "vec4", "tiled"])
+@pytest.mark.parametrize("case", ["edges", "batched", "held", "mask"])
+def test_matmul_epilogues_on_every_matmul_kernel(monkeypatch, kernel, case):
+    monkeypatch.setenv("EMBER_WGPU_MATMUL", kernel)
+    B = Fusion(_wgpu())
+    rng = np.random.default_rng(1)
+
+    def both(*shapes):
+        arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        return [_t(a, B) for a in arrays], [_t(a, NdArray()) for a in arrays]
+
+    if case == "edges":  # partial tiles of every kernel (64 and 128 rows), K a multiple of 4
+        (x, w, b), ref = both((130, 36), (36, 68), (68,))
+        fn = lambda x, w, b: gelu_custom(x @ w + b)  # noqa: E731
+    elif case == "batched":  # batch dims broadcast on both sides and in the bias
+        (x, w, b), ref = both((2, 3, 8, 12), (3, 12, 20), (2, 1, 1, 20))
+        fn = lambda x, w, b: (x @ w) * b - 1  # noqa: E731
+    elif case == "held":  # the product and its sum with the bias read later: three outputs
+        (x, w, b), ref = both((16, 8), (8, 12), (12,))
+
+        def fn(x, w, b):
+            h = x @ w
+            z = h + b
+            return z.relu(), z, h  # (read first, the last result writes the others too)
+    else:  # a bool leaf (mask_where) and a comparison in the chain
+        (x, w, b), ref = both((12, 8), (8, 16), (16,))
+        fn = lambda x, w, b: (x @ w).mask_where(b > 0, 0.0) * 3  # noqa: E731
+    got, kernels, _ = _counted(lambda: fn(x, w, b))
+    want = fn(*ref)
+    got, want = ([v] if not isinstance(v, (list, tuple)) else v for v in (got, want))
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r.to_numpy(), rtol=1e-4, atol=1e-4)
+    assert len(kernels) == 1, kernels
+
+
+def test_the_epilogue_falls_back_where_the_product_cannot_take_it():
+    B = Fusion(_wgpu())
+    x, w = _t(_rand((4, 0)), B), _t(_rand((0, 3), 1), B)  # K = 0: a fill, no product kernel
+    np.testing.assert_allclose(((x @ w) + 1).to_numpy(), np.ones((4, 3), np.float32))
+    xi = _t(np.arange(12).reshape(3, 4), B, np.int32)  # int32 products take epilogues too
+    got, kernels, _ = _counted(lambda: (xi @ xi.permute(1, 0) + 1) * 2)
+    ref = np.arange(12).reshape(3, 4)
+    np.testing.assert_array_equal(got, (ref @ ref.T + 1) * 2)
+    assert len(kernels) == 1, kernels
+
+
+# ---- Wgpu: row kernels --------------------------------------------------------------------------
+def test_row_kernels_keep_nan_and_int_sums_and_write_held_statistics():
+    B = Fusion(_wgpu())
+    a = _rand((5, 300))
+    a[2, 7] = np.nan
+    x = _t(a, B)
+    got, kernels, _ = _counted(lambda: x - x.max_dim(1))
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(got, a - a.max(1, keepdims=True), rtol=1e-6)
+    assert np.isnan(got[2]).all() and len(kernels) == 1
+    n = _t(np.arange(24).reshape(4, 6) - 7, B, np.int32)
+    got, kernels, _ = _counted(lambda: n * 2 - n.sum_dim(1))
+    ref = np.arange(24).reshape(4, 6) - 7
+    np.testing.assert_array_equal(got, ref * 2 - ref.sum(1, keepdims=True))
+    assert len(kernels) == 1
+    m = x.mean_dim(1)  # held by a name: the row kernel writes it too, once a row
+    y = x - m
+    got, kernels, _ = _counted(lambda: y)
+    assert len(kernels) == 1 and type(m._prim) is Lazy and m._prim.node is None
+    np.testing.assert_allclose(m.to_numpy(), a.mean(1, keepdims=True), rtol=1e-5)

@@ -15,6 +15,13 @@ never written to memory). An inner backend without `fuse` runs the chain op by o
 other op runs through `inner.execute` as it would without Fusion: every op keeps its eager
 fallback.
 
+An inner backend may also run some other ops inside a block (`inner.fusable(op)`): Wgpu
+runs a reduction and what reads its result back in the reduced row as one row-wise kernel
+(softmax, layer_norm: one kernel), and elementwise work after a matmul in the matmul's
+epilogue (`relu(x @ w + b)`: one kernel). Such ops are queued too; `inner.fuse(block)` returns
+None where it cannot run a block of them as one kernel, and Fusion then runs them on their own
+first.
+
 ember.fusion.trace() says what ran on any backend (Fusion or not): the kernels launched, each
 with the op names it ran, and how many kernels were compiled.
 """
@@ -102,8 +109,11 @@ class Block:
     """A chain of elementwise ops for inner.fuse: `nodes` are OpRecords whose inputs are
     ("leaf", k) for leaves[k] (an inner prim), ("node", j) for node j's result, or a Python
     scalar; every node's shape broadcasts to `shape`, the block's (its last node's); `outputs`
-    are the nodes to write (each of the block's shape), in order. fuse(block) returns their
-    prims, in that order."""
+    are the nodes to write (each of the block's shape, or of a reduction's in the block), in
+    order. fuse(block) returns their prims, in that order. Nodes of ops that are not
+    elementwise are only handed to an inner whose `fusable` accepts them: a reduction of a
+    node or leaf of the block's shape, or a producer (matmul) of the block's shape whose
+    inputs are leaves."""
 
     __slots__ = ("nodes", "leaves", "outputs", "shape")
 
@@ -158,10 +168,17 @@ class Fusion(Backend):
         if op.kind in ELEMENTWISE and op.wgsl is not None and (
                 self.dtypes is None or dtype in self.dtypes):
             return self._queue(op, inputs, attrs, shape, dtype)
+        fusable = getattr(self.inner, "fusable", None)
+        if fusable is not None and fusable(op):
+            if op.kind != REDUCE:  # a producer reads its inputs from memory
+                for x in inputs:
+                    if type(x) is Lazy:
+                        self.realize(x)
+            return self._queue(op, inputs, attrs, shape, dtype)
         if op.kind == REDUCE and type(inputs[0]) is Lazy and inputs[0].node is not None:
-            prim = self._reduced(op, inputs[0], attrs, shape, dtype)
-            if prim is not None:
-                return Lazy(shape, dtype, value=prim)
+            lazy = self._queue(op, inputs, attrs, shape, dtype)
+            self.realize(lazy)  # now (inner runs no reduction inside a block), fused on read
+            return lazy
         prims = [self.realize(x) if type(x) is Lazy else x for x in inputs]
         return Lazy(shape, dtype, value=self.inner.execute(op, prims, attrs, shape, dtype))
 
@@ -226,51 +243,90 @@ class Fusion(Backend):
         return lazy.value
 
     def _run(self, root):
-        block, outputs = self._plan(root)
-        fuse = getattr(self.inner, "fuse", None)
-        if fuse is None or len(block.nodes) == 1:
-            prims = run_block(self.inner, block)
-        else:
+        if root.node.op.kind == REDUCE:
+            return self._run_reduce(root)
+        while True:
+            block, outputs = self._plan(root)
+            fuse = getattr(self.inner, "fuse", None)
+            if fuse is None or len(block.nodes) == 1:
+                prims = run_block(self.inner, block)
+                break
             prims = fuse(block)
-            launched(block.names())
+            if prims is not None:
+                launched(block.names())
+                break
+            # inner cannot run this block's reductions or producer in one kernel (too many
+            # buffers, reductions of other dims): root's longest input that holds one runs
+            # first (on its own, as a block where inner can), else the first of them
+            del block, outputs
+            held = [x for x in root.node.inputs if type(x) is Lazy and x.node is not None
+                    and _special(x) is not None]
+            self.realize(max(held, key=lambda x: x.ops) if held else _special(root))
+            del held
         for x, prim in zip(outputs, prims):
             x.value, x.node, x.leaves, x.ops = prim, None, (), 0
 
-    def _reduced(self, op, x, attrs, shape, dtype):
-        """A reduction of x's pending chain in one kernel of inner (fuse-on-read), or None
-        (inner cannot). The chain stays pending: what reads it later computes it again, in
-        registers (softmax's exp: once under the sum, once under the division), which costs
-        less than writing it to memory and reading it back."""
+    def _run_reduce(self, root):
+        """A reduction read on its own (fuse-on-read): its input's pending chain computed
+        inside the reduction's kernel where inner can (the chain stays pending: what reads it
+        later computes it again, in registers, which costs less than writing it to memory and
+        reading it back), else through inner.execute. A chain that holds reductions of the
+        same rows runs with it as one block where inner can (a row kernel); other reductions
+        or a producer in the chain: the chain is realized first, the reduction then reads it."""
+        n = root.node  # (no local names the chain's Lazies: they would count as held)
+        prim = None
         fuse_reduce = getattr(self.inner, "fuse_reduce", None)
-        if fuse_reduce is None:
-            return None
-        with self._lock:
-            if x.node is None:
-                return None
-            block, _ = self._plan(x, writes=False)
-            prim = fuse_reduce(block, op, attrs, shape, dtype)
-        if prim is not None:
-            launched(block.names() + [op.name])
-        return prim
+        if fuse_reduce is not None and n.inputs[0].node is not None and _special(
+                n.inputs[0]) is not None:
+            block, outputs = self._plan(root)  # (it may run reductions of other rows first)
+            if any(b.op.kind not in ELEMENTWISE for b in block.nodes[:-1]):
+                prims = self.inner.fuse(block)
+                if prims is not None:
+                    launched(block.names())
+                    for y, p in zip(outputs, prims):
+                        y.value, y.node, y.leaves, y.ops = p, None, (), 0
+                    return
+                del block, outputs
+                # else the input first (with its reductions or producer, where inner can),
+                # then the reduction of it
+                self.realize(n.inputs[0])
+            else:
+                del block, outputs
+        if fuse_reduce is not None and n.inputs[0].node is not None:
+            block, _ = self._plan(n.inputs[0], writes=False)
+            prim = fuse_reduce(block, n.op, n.attrs, n.shape, n.dtype)
+            if prim is not None:
+                launched(block.names() + [n.op.name])
+        if prim is None:
+            prim = self.inner.execute(n.op, [self.realize(n.inputs[0])], n.attrs, n.shape,
+                                      n.dtype)
+        root.value, root.node, root.leaves, root.ops = prim, None, (), 0
 
     def _plan(self, root, writes=True):
         """The Block that computes root's chain, and the Lazies it writes (root last; with
-        writes=False root alone, whoever holds the intermediates)."""
-        if not writes:
-            order, _ = _chain(root)
-            outputs = [root]
-        while writes:
+        writes=False root alone, whoever holds the intermediates). The block's shape is root's,
+        or for a reduction its input's."""
+        n = root.node
+        span = n.inputs[0].shape if n.op.kind == REDUCE else root.shape
+        while True:
             order, uses = _chain(root)
-            # an intermediate is written only when something outside the chain still holds it
-            # (a tensor, another pending chain): a reference beyond `order`'s and the chain's
-            outputs = [order[k] for k in range(len(order) - 1)
-                       if others(order, k) > uses[id(order[k])]] + [root]
-            wide = [x for x in outputs if x.shape != root.shape]
-            if not wide:
+            outputs = [root]
+            if writes:
+                # an intermediate is written only when something outside the chain still holds
+                # it (a tensor, another chain): a reference beyond `order`'s and the chain's
+                outputs = [order[k] for k in range(len(order) - 1)
+                           if others(order, k) > uses[id(order[k])]] + [root]
+            rows = {x.shape for x in order if x.node.op.kind == REDUCE}
+            # first, on their own: an intermediate to write of another shape (than the
+            # block's, or a reduction's in it), a reduction or producer spanning another shape
+            todo = [x for x in outputs if x.shape != span and x.shape not in rows]
+            todo += [x for x in order[:-1] if x.node.op.kind not in ELEMENTWISE and (
+                x.node.inputs[0].shape if x.node.op.kind == REDUCE else x.shape) != span]
+            if not todo:
                 break
-            for x in wide:  # an intermediate of another shape: its own chain, first
+            for x in todo:
                 self.realize(x)
-            del order, outputs, wide, x  # (their references would count as outside ones)
+            del order, outputs, todo, x  # (their references would count as outside ones)
         index = {id(x): j for j, x in enumerate(order)}
         leaves, leaf_index = [], {}
         nodes = []
@@ -289,7 +345,7 @@ class Fusion(Backend):
                     ins.append(("node", index[id(i)]))
             n = x.node
             nodes.append(OpRecord(n.op, tuple(ins), n.attrs, n.shape, n.dtype))
-        return Block(nodes, leaves, [index[id(x)] for x in outputs], root.shape), outputs
+        return Block(nodes, leaves, [index[id(x)] for x in outputs], span), outputs
 
 
 def _reach(inputs):
@@ -304,6 +360,12 @@ def _reach(inputs):
                 leaves.update(x.leaves)
                 ops += x.ops
     return leaves, ops
+
+
+def _special(root):
+    """The first pending op of root's chain that is not elementwise, or None."""
+    order, _ = _chain(root)
+    return next((x for x in order if x.node.op.kind not in ELEMENTWISE), None)
 
 
 def _chain(root):

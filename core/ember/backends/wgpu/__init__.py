@@ -82,8 +82,13 @@ class Wgpu(Backend):
             fusion.launched((op.name,))
         return out
 
+    def fusable(self, op):
+        """Whether an ember.fusion Block may hold op besides elementwise ops (sum, max, min:
+        a row kernel; matmul: its epilogue)."""
+        return runners.fusable(op)
+
     def fuse(self, block):
-        """A chain of elementwise ops (an ember.fusion Block) as one generated kernel."""
+        """An ember.fusion Block as one generated kernel, or None (see runners.fused)."""
         return runners.fused(self, block)
 
     def fuse_reduce(self, block, op, attrs, shape, dtype):

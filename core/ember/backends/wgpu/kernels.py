@@ -288,11 +288,18 @@ def _scalar_value(raw, dt):
     return {"float32": f"bitcast<f32>({raw})", "int32": raw, "bool": f"({raw} != 0)"}[dt]
 
 
-def _chain_body(block, leaf_dtypes):
-    """(the scalars' `let`s, the nodes' statements, each node's dtype) of a fusion Block: node
-    j's result is `rJ`, computed from `vT` (leaf T's element) and `sJ` (scalar J, from info)."""
+def _chain_body(block, leaf_dtypes, values=None, nan_scalars=None):
+    """(the scalars' `let`s, each node's statements, each node's dtype) of a fusion Block: node
+    j's result is `rJ`, computed from `vT` (leaf T's element) and `sJ` (scalar J, from info);
+    `values` maps a node that is not elementwise (a reduction, a producer) to its value;
+    `nan_scalars`, where given, the scalars known to be NaN (the NaN rules of the others are
+    left out: the host knows them not to be NaN)."""
     scalars, body, dtypes = [], [], []
     for j, n in enumerate(block.nodes):
+        if values and j in values:
+            body.append([f"let r{j} = {values[j]};"])
+            dtypes.append(n.dtype)
+            continue
         names, kinds = [], []
         for i in n.inputs:
             if type(i) is tuple:
@@ -311,16 +318,37 @@ def _chain_body(block, leaf_dtypes):
         operands = [f"i32({m})" if k == "bool" and n.op.kind == COMPARE else m
                     for m, k in zip(names, kinds)]
         expr = n.op.wgsl.format(*operands, **{**n.attrs, "dtype": VALUE[n.dtype]})
-        body.append(f"var r{j} = {_BUILTIN_CALL.sub(lambda m: PRECISE[m.group(1)] + '(', expr)};")
+        stmts = [f"var r{j} = {_BUILTIN_CALL.sub(lambda m: PRECISE[m.group(1)] + '(', expr)};"]
         for k, rule in enumerate(nan_rules(n.op, kinds, n.attrs)):
-            if rule is not None:
-                body.append(f"if (is_nan({names[k]})) {{ r{j} = {_literal(rule, n.dtype)}; }}")
+            if rule is not None and (nan_scalars is None or not names[k].startswith("s")
+                                     or int(names[k][1:]) in nan_scalars):
+                stmts.append(f"if (is_nan({names[k]})) {{ r{j} = {_literal(rule, n.dtype)}; }}")
+        body.append(stmts)
         dtypes.append(n.dtype)
-
     return scalars, body, dtypes
 
 
-def fused_source(block, leaf_dtypes, entry):
+def _needs(block, roots, stop=()):
+    """The nodes (in order) and leaves that computing `roots` reads, through nodes in `stop`
+    (reductions already done: values) not."""
+    nodes, leaves, todo = set(), set(), list(roots)
+    while todo:
+        j = todo.pop()
+        if j in nodes:
+            continue
+        nodes.add(j)
+        if j in stop:
+            continue
+        for i in block.nodes[j].inputs:
+            if type(i) is tuple:
+                (leaves.add(i[1]) if i[0] == "leaf" else todo.append(i[1]))
+    return sorted(nodes), sorted(leaves)
+
+
+FUSED_QUADS = 2  # vec4s a fused flat4 invocation computes (on the H200: bench/fusion.py --gpu)
+
+
+def fused_source(block, leaf_dtypes, entry, nan_scalars=None):
     """WGSL for a fusion Block (ember.fusion): each node's expression in registers, node by
     node with its own NaN rules, and only block.outputs stored. `leaf_dtypes`: the dtypes of
     block.leaves; `entry`: "flat4" or "flat" (every leaf dense in the block's shape; flat4:
@@ -332,7 +360,8 @@ def fused_source(block, leaf_dtypes, entry):
                for o, j in enumerate(block.outputs)]
     bindings = [f"@group(1) @binding({len(outputs) + t}) var<storage, read> in{t}: "
                 f"array<{wrap(STORAGE[dt])}>;" for t, dt in enumerate(leaf_dtypes)]
-    scalars, body, dtypes = _chain_body(block, leaf_dtypes)
+    scalars, body, dtypes = _chain_body(block, leaf_dtypes, nan_scalars=nan_scalars)
+    body = [line for stmts in body for line in stmts]
 
     def load(t, value):
         return f"let v{t} = {f'({value} != 0u)' if leaf_dtypes[t] == 'bool' else value};"
@@ -342,17 +371,27 @@ def fused_source(block, leaf_dtypes, entry):
 
     fields = dict(OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings), NT=nt)
     if vec:
-        quads = [f"let q{t} = in{t}[info[{5 + 2 * t}] / 4 + i];" for t in range(nt)]
-        results = [f"var res{o}: vec4<{STORAGE[dtypes[j]]}>;"
-                   for o, j in enumerate(block.outputs)]
-        lanes = ["{\n        " + "\n        ".join(
-            [load(t, f"q{t}.{lane}") for t in range(nt)] + body
-            + [f"res{o}.{lane} = {stored(j)};" for o, j in enumerate(block.outputs)])
-            + "\n    }" for lane in "xyzw"]
-        src = render("fused4.wgsl", **fields, QUADS="\n    ".join(quads + scalars),
-                     RESULTS="\n    ".join(results), LANES="\n    ".join(lanes),
-                     STORES="\n    ".join(f"out{o}[i] = res{o};"
-                                           for o in range(len(outputs))))
+        # FUSED_QUADS vec4s an invocation, 256 apart (neighbours read neighbouring vec4s): all
+        # loads first (clamped to the last vec4: no branch), then the chain and the stores
+        per = FUSED_QUADS
+        quads, lanes = [], []
+        for u in range(per):
+            quads.append(f"let i{u} = base + {256 * u};")
+            quads.append(f"let j{u} = min(i{u}, n4 - 1);")
+            quads += [f"let q{t}_{u} = in{t}[info[{5 + 2 * t}] / 4 + j{u}];" for t in range(nt)]
+        body_vec = [f"var res{o}: vec4<{STORAGE[dtypes[j]]}>;"
+                    for o, j in enumerate(block.outputs)]
+        for u in range(per):
+            lanes.append(f"if (i{u} < n4) {{")
+            lanes += ["    " + line for line in body_vec]
+            for lane in "xyzw":
+                lanes += ["    {"] + ["        " + line for line in (
+                    [load(t, f"q{t}_{u}.{lane}") for t in range(nt)] + body
+                    + [f"res{o}.{lane} = {stored(j)};" for o, j in enumerate(block.outputs)])]
+                lanes += ["    }"]
+            lanes += [f"    out{o}[i{u}] = res{o};" for o in range(len(outputs))] + ["}"]
+        src = render("fused4.wgsl", **fields, PER=per, QUADS="\n    ".join(quads + scalars),
+                     LANES="\n    ".join(lanes))
         return src, entry, ("w",) * len(outputs) + ("r",) * nt
     stores = [f"out{o}[i] = {stored(j)};" for o, j in enumerate(block.outputs)]
     walk = [f"var at{u} = info[4 + rank + {u} * (rank + 1)];" for u in range(nt)]
@@ -375,6 +414,7 @@ def fused_reduce_source(block, leaf_dtypes, fields):
     reduce.wgsl's for the reduction (T, OUT, NAN, CMP, INIT, COMBINE, RESULT)."""
     nt = len(leaf_dtypes)
     scalars, body, dtypes = _chain_body(block, leaf_dtypes)
+    body = [line for stmts in body for line in stmts]
     bindings = [f"@group(1) @binding({1 + t}) var<storage, read> in{t}: "
                 f"array<{STORAGE[dt]}>;" for t, dt in enumerate(leaf_dtypes)]
 
@@ -396,3 +436,147 @@ def fused_reduce_source(block, leaf_dtypes, fields):
     return string.Template(source("fused_reduce.wgsl")).substitute(
         fields, BINDINGS="\n".join(bindings), NT=nt, KEPT="\n    ".join(kept),
         ELEMENT="\n    ".join(element))
+
+
+def _load(t, dt, index):
+    return f"let v{t} = " + (f"(in{t}[{index}] != 0u);" if dt == "bool" else f"in{t}[{index}];")
+
+
+# the reductions a row kernel runs: (identity, combine(a, b)) by kernel and dtype
+_ROW_REDUCERS = {
+    ("sum", "f32"): ("0.0", "a + b"), ("sum", "i32"): ("0", "a + b"),
+    ("max", "f32"): ("-f32_inf()", "select(max(a, b), f32_nan(), is_nan(a) || is_nan(b))"),
+    ("min", "f32"): ("f32_inf()", "select(min(a, b), f32_nan(), is_nan(a) || is_nan(b))"),
+    ("max", "i32"): ("i32(-2147483647 - 1)", "max(a, b)"), ("min", "i32"): ("2147483647",
+                                                                           "min(a, b)"),
+}
+
+
+def fused_rows_source(block, leaf_dtypes, special, row_outputs, invariant):
+    """WGSL for a fusion Block with reductions (fused_rows.wgsl): a workgroup per row of the
+    reduced dims runs one pass over the row per reduction in `special` (its input computed
+    from the leaves, in registers, as in fused_reduce), then a last pass that computes and
+    writes block.outputs (those in `row_outputs`, of the reductions' shape, once a row).
+    `invariant`: the leaves and nodes constant along a row (layer_norm's 1 / sqrt(var + eps)),
+    computed once before a pass, not per element."""
+    nt, no = len(leaf_dtypes), len(block.outputs)
+    values = {j: f"red{p}" for p, j in enumerate(special)}
+    scalars, body, dtypes = _chain_body(block, leaf_dtypes, values)
+    outputs = [f"@group(1) @binding({o}) var<storage, read_write> out{o}: "
+               f"array<{STORAGE[dtypes[j]]}>;" for o, j in enumerate(block.outputs)]
+    bindings = [f"@group(1) @binding({no + t}) var<storage, read> in{t}: "
+                f"array<{STORAGE[dt]}>;" for t, dt in enumerate(leaf_dtypes)]
+    views = range(nt + no)  # the leaves, then the outputs
+    # each view's offset at this row (kb), where its reduced strides start in info (rs), and
+    # its one reduced stride when the reduced dims coalesce to one (rst)
+    kept = [f"let rs{v} = 7 + rk + rr + {v} * (1 + rk + rr) + 1 + rk;" for v in views]
+    kept += [f"let rst{v} = info[rs{v}];" for v in views]
+    kept += [f"var kb{v} = info[rs{v} - 1 - rk];" for v in views]
+    kept += ["var rem = o;", "for (var d = rk - 1; d >= 0; d--) {",
+             "    let size = info[7 + d];", "    let q = rem / size;",
+             "    let c = rem - q * size;", "    rem = q;"]
+    kept += [f"    kb{v} += c * info[rs{v} - rk + d];" for v in views] + ["}"]
+
+    def element(vs, inner):
+        """The loop over this thread's elements of the row: views `vs` at `atV`, then inner."""
+        walk = [f"var at{v} = kb{v};" for v in vs]
+        walk += ["if (rr == 1) {"] + [f"    at{v} += r * rst{v};" for v in vs]
+        walk += ["} else {", "    var rem = r;", "    for (var d = rr - 1; d >= 0; d--) {",
+                 "        let size = info[7 + rk + d];", "        let q = rem / size;",
+                 "        let c = rem - q * size;", "        rem = q;"]
+        walk += [f"        at{v} += c * info[rs{v} + d];" for v in vs] + ["    }", "}"]
+        return (["for (var r = i32(lid); r < nr; r += 256) {"]
+                + ["    " + line for line in walk + inner] + ["}"])
+
+    hoisted, loaded = set(), set()
+
+    def split(nodes, leaves):
+        """(statements before the loop: the row's invariant nodes not computed yet, with their
+        leaves; the loop's leaf loads and statements)."""
+        pre = [k for k in nodes if (k in invariant or k in values) and k not in hoisted]
+        pre_leaves = sorted({i[1] for k in pre if k not in values for i in block.nodes[k].inputs
+                             if type(i) is tuple and i[0] == "leaf"} - loaded)
+        hoisted.update(pre)
+        loaded.update(pre_leaves)
+        before = [_load(k, leaf_dtypes[k], f"kb{k}") for k in pre_leaves]
+        before += [line for k in pre for line in body[k]]
+        inner = [_load(k, leaf_dtypes[k], f"at{k}") for k in leaves if k not in loaded]
+        inner += [line for k in nodes if k not in hoisted for line in body[k]]
+        return before, inner, [k for k in leaves if k not in loaded]
+
+    passes, shared, done = [], [], set()
+    for p, j in enumerate(special):
+        n = block.nodes[j]
+        src = n.inputs[0]
+        t = STORAGE[dtypes[src[1]] if src[0] == "node" else leaf_dtypes[src[1]]]
+        init, combine = _ROW_REDUCERS[(n.op.name, t)]
+        nodes, leaves = _needs(block, [src[1]] if src[0] == "node" else [], stop=done)
+        if src[0] == "leaf":
+            leaves = sorted({*leaves, src[1]})
+        value = f"r{src[1]}" if src[0] == "node" else f"v{src[1]}"
+        shared.append(f"var<workgroup> part{p}: array<{t}, 256>;")
+        shared.append(f"fn combine{p}(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}")
+        before, inner, walked = split(nodes, leaves)
+        inner += [f"acc = combine{p}(acc, {value});"]
+        passes += before + ["{", f"    var acc = {init};"]
+        passes += ["    " + line for line in element(walked, inner)]
+        passes += [f"    part{p}[lid] = acc;", "}", "workgroupBarrier();",
+                   "for (var s = 128u; s > 0u; s >>= 1u) {", "    if (lid < s) {",
+                   f"        part{p}[lid] = combine{p}(part{p}[lid], part{p}[lid + s]);",
+                   "    }", "    workgroupBarrier();", "}", f"let red{p} = part{p}[0];"]
+        done.add(j)
+    nodes, leaves = _needs(block, block.outputs, stop=done)
+    before, inner, walked = split(nodes, leaves)
+    rows = []
+    for o, j in enumerate(block.outputs):
+        value = f"select(0u, 1u, r{j})" if dtypes[j] == "bool" else f"r{j}"
+        (rows if o in row_outputs else inner).append(f"out{o}[at{nt + o}] = {value};")
+    if rows:
+        inner += ["if (r == 0) {"] + ["    " + line for line in rows] + ["}"]
+    last = before + element(walked + [nt + o for o in range(no)], inner)
+    return render("fused_rows.wgsl", OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings),
+                  NT=nt + no, SHARED="\n".join(shared), KEPT="\n    ".join(kept),
+                  SCALARS="\n    ".join(scalars), PASSES="\n    ".join(passes + last))
+
+
+def epilogue_source(block, leaf_dtypes, leaf_ids, producer, vec, t):
+    """The ${EPILOGUE} of a matmul shader (matmul*.wgsl): `epilogue_begin(z)` and the store
+    `store4(i, row, col, v)` (vec: C's vec4 i, row `row`, columns col..col+3) or `store1(i, row,
+    col, v)` (C's element i). Without a block, C is stored as it is. With one,
+    block.nodes[producer] is C and the rest of the chain runs on it element by element,
+    reading the leaves `leaf_ids` (bound as in0, in1, ...; leaf_dtypes: every leaf's dtype) at
+    (batch z, row, col); block.outputs are stored (the first in out, then out1, out2, ...)."""
+    wide = f"vec4<{t}>" if vec else t
+    store = "store4" if vec else "store1"
+    head = f"fn {store}(i: i32, row: i32, col: i32, v: {wide}) {{\n"
+    if block is None:
+        return f"fn epilogue_begin(z: i32) {{}}\n\n{head}    out[i] = v;\n}}"
+    nt, no = len(leaf_ids), len(block.outputs)
+    decls = [f"@group(1) @binding({2 + o}) var<storage, read_write> out{o}: array<{wide}>;"
+             for o in range(1, no)]
+    decls += [f"@group(1) @binding({2 + no + u}) var<storage, read> in{u}: "
+              f"array<{STORAGE[leaf_dtypes[k]]}>;" for u, k in enumerate(leaf_ids)]
+    decls += [f"var<private> eb{u}: i32;" for u in range(nt)]  # leaf u's offset in batch z
+    # leaf u's words in info: its offset, row stride, column stride, then its batch strides
+    words = [f"let lw{u} = 12 + 3 * br + {u} * (3 + br);" for u in range(nt)]
+    begin = ["let br = info[3];", *words, *(f"eb{u} = info[lw{u}];" for u in range(nt))]
+    begin += ["var rem = z;", "for (var d = br - 1; d >= 0; d--) {",
+              "    let size = info[12 + d];", "    let c = rem % size;", "    rem /= size;"]
+    begin += [f"    eb{u} += c * info[lw{u} + 3 + d];" for u in range(nt)] + ["}"]
+    scalars, body, _ = _chain_body(block, leaf_dtypes, {producer: "acc"})
+    code = ["let br = info[3];", f"let sb = 12 + 3 * br + {nt} * (3 + br);", *scalars, *words]
+    code += [f"var res{o}: {wide};" for o in range(no)]
+    for lane, name in enumerate("xyzw" if vec else "x"):
+        part = [f"let acc = v.{name};" if vec else "let acc = v;"]
+        for u, k in enumerate(leaf_ids):
+            at = f"eb{u} + row * info[lw{u} + 1] + (col + {lane}) * info[lw{u} + 2]"
+            part.append(f"let v{k} = " + (f"(in{u}[{at}] != 0u);" if leaf_dtypes[k] == "bool"
+                                          else f"in{u}[{at}];"))
+        part += [line for stmts in body for line in stmts]
+        part += [f"res{o}{f'.{name}' if vec else ''} = r{j};"
+                 for o, j in enumerate(block.outputs)]
+        code += ["{", *("    " + line for line in part), "}"]
+    code += [f"out{o if o else ''}[i] = res{o};" for o in range(no)]
+    return ("\n".join(decls) + "\n\nfn epilogue_begin(z: i32) {\n"
+            + "".join(f"    {line}\n" for line in begin) + "}\n\n" + head
+            + "".join(f"    {line}\n" for line in code) + "}")

@@ -23,9 +23,18 @@ from ... import autotune
 from ...autotune import bucket
 from ...backend.base import sole_owner
 from ...errors import DTypeError
-from ...ops import ELEMENTWISE, MOVEMENT, OPS
+from ...ops import ELEMENTWISE, MOVEMENT, OPS, REDUCE
 from ...ops.definitions import _check_index
-from .kernels import compile_kernel, elementwise_source, fused_reduce_source, fused_source, render
+from . import kernels
+from .kernels import (
+    compile_kernel,
+    elementwise_source,
+    epilogue_source,
+    fused_reduce_source,
+    fused_rows_source,
+    fused_source,
+    render,
+)
 from .layout import (
     STORAGE,
     Prim,
@@ -142,9 +151,23 @@ def _scalar_words(block):
     return words
 
 
+def fusable(op):
+    """Whether a fusion Block may hold op besides elementwise ops (Wgpu.fusable): a reduction
+    that fused_rows runs, or an op with an epilogue (EPILOGUES)."""
+    return op in EPILOGUES or (op.kind == REDUCE and op.name in ("sum", "max", "min"))
+
+
 def fused(be, block):
     """A fusion Block (ember.fusion) as one generated kernel: its leaves read through their
-    strides (broadcast to the block's shape), each op in registers, block.outputs written."""
+    strides (broadcast to the block's shape), each op in registers, block.outputs written.
+    A block with reductions runs as a row kernel (fused_rows), one with a producer in the
+    producer's epilogue (EPILOGUES); None where neither can."""
+    special = [j for j, n in enumerate(block.nodes) if n.op.kind not in ELEMENTWISE]
+    if special:
+        first = block.nodes[special[0]].op
+        if first.kind == REDUCE:
+            return fused_rows(be, block, special)
+        return EPILOGUES[first](be, block, special[0]) if len(special) == 1 else None
     shape = block.shape
     n = numel(shape)
     outs = [be.empty(shape, block.nodes[j].dtype) for j in block.outputs]
@@ -157,11 +180,14 @@ def fused(be, block):
     if flat:
         entry = "flat4" if n % 4 == 0 and all(x.offset % 4 == 0 for x in leaves) else "flat"
     dtypes = tuple(x.dtype for x in leaves)
-    key = ("fused", block.key(), dtypes, entry)
+    # the scalars that are NaN (almost never): the others' NaN rules are left out of the kernel
+    scalars = [i for n in block.nodes for i in n.inputs if type(i) is not tuple]
+    nans = tuple(s for s, v in enumerate(scalars) if v != v)
+    key = ("fused", block.key(), dtypes, entry, kernels.FUSED_QUADS, nans)
     k = be.device.kernels.get(key)
     if k is None:
         k = compile_kernel(be.device, key, "fused",
-                           lambda: fused_source(block, dtypes, entry))
+                           lambda: fused_source(block, dtypes, entry, nans))
     scalars = _scalar_words(block)
     if flat:
         words = [n, 1, 1, 0, n]
@@ -171,7 +197,8 @@ def fused(be, block):
         words = view_words(shape, [(x.offset, broadcast_strides(x, shape)) for x in leaves])
     be.device.dispatch(k, tuple(o.storage.gpu for o in outs) + tuple(
         x.storage.gpu for x in leaves), words + scalars,
-        groups_1d(n // 4 if entry == "flat4" else n), be.cache)
+        groups_1d(n // 4, 256 * kernels.FUSED_QUADS) if entry == "flat4" else groups_1d(n),
+        be.cache)
     return outs
 
 
@@ -557,6 +584,61 @@ def fused_reduce(be, block, op, attrs, shape, dtype):
     return out
 
 
+_MAX_BUFFERS = 8  # storage buffers a kernel binds: what WebGPU guarantees in browsers
+
+
+def fused_rows(be, block, special):
+    """A Block with reductions as one row kernel (fused_rows.wgsl): a workgroup per row of the
+    reduced dims. None unless every reduction reduces the same dims of a node or leaf of the
+    block's shape (sum, max or min of float32 or int32) and every output has the block's or
+    the reductions' shape."""
+    shape, nodes, leaves = block.shape, block.nodes, block.leaves
+    dims = sorted(nodes[special[0]].attrs["dims"])
+    row = nodes[special[0]].shape
+    for j in special:
+        n = nodes[j]
+        src = n.inputs[0]
+        src_shape = nodes[src[1]].shape if src[0] == "node" else leaves[src[1]].shape
+        if (sorted(n.attrs["dims"]) != dims or src_shape != shape or n.op.kind != REDUCE
+                or n.op.name not in ("sum", "max", "min")
+                or n.dtype not in ("float32", "int32")):
+            return None
+    out_shapes = [nodes[j].shape for j in block.outputs]
+    n_out, n_all = numel(row), numel(shape)
+    if (any(s not in (shape, row) for s in out_shapes) or n_all == 0
+            or len(leaves) + len(out_shapes) > _MAX_BUFFERS):
+        return None
+    if n_out < 128 and n_all > 4096 * n_out and not be.device.bridge.is_cpu:
+        return None  # a few long rows: a GPU does better with chunked reductions first
+    outs = [be.empty(s, nodes[j].dtype) for s, j in zip(out_shapes, block.outputs)]
+    row_outputs = tuple(o for o, s in enumerate(out_shapes) if s != shape)
+
+    def along_row(s):  # a shape whose every reduced dim has size 1: constant along a row
+        lead = len(shape) - len(s)
+        return all(d < lead or s[d - lead] == 1 for d in dims)
+    invariant = tuple(k for k, x in enumerate(leaves) if along_row(x.shape))
+    invariant_nodes = {j for j, n in enumerate(nodes) if along_row(n.shape)}
+    views = [(x.offset, broadcast_strides(x, shape)) for x in leaves]
+    views += [(0, broadcast_strides(o, shape)) for o in outs]
+    kept = [d for d in range(len(shape)) if d not in dims]
+    kshape, kstr = coalesce([shape[d] for d in kept], [[st[d] for d in kept] for _, st in views])
+    rshape, rstr = coalesce([shape[d] for d in dims], [[st[d] for d in dims] for _, st in views])
+    dtypes = tuple(x.dtype for x in leaves)
+    key = ("fused_rows", block.key(), dtypes, row_outputs, invariant)
+    k = be.device.kernels.get(key)
+    if k is None:
+        k = compile_kernel(be.device, key, "fused_rows", lambda: (
+            fused_rows_source(block, dtypes, special, row_outputs, invariant_nodes), "main",
+            ("w",) * len(outs) + ("r",) * len(leaves)))
+    words = [n_out, n_all // n_out, len(kshape), len(rshape), 0, 0, 0, *kshape, *rshape]
+    for (offset, _), ks, rs in zip(views, kstr, rstr):
+        words += [offset, *ks, *rs]
+    words += _scalar_words(block)
+    be.device.dispatch(k, tuple(o.storage.gpu for o in outs) + tuple(
+        x.storage.gpu for x in leaves), words, groups_1d(n_out, 1), be.cache)
+    return outs
+
+
 # ---- matmul -------------------------------------------------------------------------------------
 MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64),
                   "tiled": ("matmul_tiled.wgsl", 128)}
@@ -588,7 +670,22 @@ def _vec4_rows(x):
 
 @kernel("matmul")
 def matmul(be, op, inputs, attrs, shape, dtype):
+    return _matmul(be, inputs, shape, dtype)
+
+
+def _matmul(be, inputs, shape, dtype, block=None, producer=None):
+    """C = A @ B; with a fusion Block whose node `producer` is this product, the rest of the
+    block runs in the kernel's epilogue (matmul*.wgsl's store) and its outputs are returned,
+    or None where it cannot (the plain product then runs first, through Fusion)."""
     a, b = inputs
+    if block is not None:
+        epi = [n for j, n in enumerate(block.nodes) if j != producer]
+        ids = sorted({i[1] for n in epi for i in n.inputs if type(i) is tuple and i[0] == "leaf"})
+        leaves = [block.leaves[k] for k in ids]
+        out_dtypes = {block.nodes[j].dtype for j in block.outputs}
+        if (numel(shape) == 0 or a.shape[-1] == 0 or out_dtypes != {dtype}
+                or 3 + len(block.outputs) - 1 + len(ids) > _MAX_BUFFERS):
+            return None
     out = be.empty(shape, dtype)
     if numel(shape) == 0:
         return out
@@ -605,30 +702,65 @@ def matmul(be, op, inputs, attrs, shape, dtype):
             a = a if _vec4_rows(a) else be.dense_copy(a)
             b = b if _vec4_rows(b) else be.dense_copy(b)
     batch = shape[:-2]
-    a_batch = broadcast_strides(Prim(None, a.shape[:-2], a.strides[:-2], 0, dtype), batch)
-    b_batch = broadcast_strides(Prim(None, b.shape[:-2], b.strides[:-2], 0, dtype), batch)
-    bshape, (abs_, bbs) = coalesce(batch, [a_batch, b_batch])
+
+    def batch_strides(x):
+        return broadcast_strides(Prim(None, x.shape[:-2], x.strides[:-2], 0, dtype), batch)
+    strides = [batch_strides(a), batch_strides(b)]
+    if block is not None:  # each epilogue leaf's strides in C's shape, split as A's and B's
+        full = [broadcast_strides(x, shape) for x in leaves]
+        strides += [st[:-2] for st in full]
+    bshape, bstrides = coalesce(batch, strides)
     nb = numel(batch)
     head = [M, N, K, len(bshape), a.offset, a.strides[-2], a.strides[-1],
             b.offset, b.strides[-2], b.strides[-1]]
-    tail = [0, *bshape, *abs_, *bbs]
+    tail = [0, *bshape, *bstrides[0], *bstrides[1]]
+    if block is not None:
+        for x, st, bs in zip(leaves, full, bstrides[2:]):
+            tail += [x.offset, st[-2], st[-1], *bs]
+        tail += _scalar_words(block)
 
-    def launch(choice, into=None):
+    def launch(choice, into=None, block=None):
         name, tile = MATMUL_KERNELS[choice]
-        into = into or be.empty(shape, dtype)
-        k = compile_kernel(be.device, ("matmul", name, dtype), "matmul", lambda: (
-            render(name, T=STORAGE[dtype]), "main", ("w", "r", "r")))
-        buffers = (into.storage.gpu, a.storage.gpu, b.storage.gpu)
+        vec = choice != "scalar"
+        into = into or [be.empty(shape, dtype)]
+        if block is None:
+            key = ("matmul", name, dtype)
+        else:
+            key = ("matmul", name, dtype, block.key(), tuple(x.dtype for x in block.leaves))
+        k = compile_kernel(be.device, key, "matmul", lambda: (render(
+            name, T=STORAGE[dtype], EPILOGUE=epilogue_source(
+                block, [x.dtype for x in block.leaves] if block else None, ids if block else (),
+                producer, vec, STORAGE[dtype])), "main",
+            ("w", "r", "r") + ("w",) * (len(into) - 1) + ("r",) * (len(ids) if block else 0)))
+        buffers = (into[0].storage.gpu, a.storage.gpu, b.storage.gpu) + tuple(
+            o.storage.gpu for o in into[1:])
+        if block is not None:
+            buffers += tuple(x.storage.gpu for x in leaves)
         for start in range(0, nb, 65535):
             be.device.dispatch(k, buffers, head + [start] + tail,
                                (-(-N // tile), -(-M // tile), min(65535, nb - start)),
                                be.cache)
-        return into
+        return into[0]
 
     key = (be.device.name, dtype, bucket(M), bucket(N), bucket(K), bucket(nb))
-    choice = autotune.choose("wgpu.matmul", key, _matmul_kernels(be, vec4, M, N), launch,
-                             be.to_numpy, be.sync)
-    return launch(choice, out)
+    choice = autotune.choose("wgpu.matmul", key, _matmul_kernels(be, vec4, M, N),
+                             lambda c: launch(c), be.to_numpy, be.sync)
+    if block is None:
+        return launch(choice, [out])
+    outs = [out] + [be.empty(shape, dtype) for _ in block.outputs[1:]]
+    launch(choice, outs, block)
+    return outs
+
+
+def _matmul_epilogue(be, block, producer):
+    n = block.nodes[producer]
+    inputs = [block.leaves[i[1]] for i in n.inputs]
+    if n.shape != block.shape:
+        return None
+    return _matmul(be, inputs, n.shape, n.dtype, block, producer)
+
+
+EPILOGUES = {OPS["matmul"]: _matmul_epilogue}  # Op -> runner(be, block, producer j) or None
 
 
 # ---- convolution and pooling (ember/ops/nn.py) --------------------------------------------------
