@@ -145,16 +145,17 @@ def run_block(backend, block):
 # ---- the decorator -------------------------------------------------------------------------
 class Fusion(Backend):
     """Fuse chains of elementwise ops into one kernel of `inner` (see the module's doc).
-    max_ops: the longest chain; max_buffers: the most buffers one kernel binds (WebGPU
-    guarantees 8 storage buffers per shader stage)."""
+    max_ops: the longest chain; max_buffers: the most buffers (leaves and outputs) one kernel
+    binds, by default what inner says (its `fused_buffers`: 7 on Wgpu) or 8."""
 
-    def __init__(self, inner, max_ops=64, max_buffers=8):
+    def __init__(self, inner, max_ops=64, max_buffers=None):
         if not isinstance(inner, Backend):
             raise TypeError(f"Fusion: expected a backend to wrap, such as Wgpu(), got {inner!r}")
         if isinstance(inner, Fusion):
             raise TypeError(f"Fusion: {inner} is fused already; wrap its inner backend once")
         self.inner = inner
-        self.max_ops, self.max_buffers = max_ops, max_buffers
+        self.max_ops = max_ops
+        self.max_buffers = max_buffers or getattr(inner, "fused_buffers", 8)
         self.dtypes = getattr(inner, "dtypes", None)  # what it holds is what inner holds
         self._lock = threading.RLock()  # chains may be shared across threads: one realizes
         self._pending = []  # weak references to the chains queued since the last sync()
@@ -258,9 +259,12 @@ class Fusion(Backend):
             # inner cannot run this block's reductions or producer in one kernel (too many
             # buffers, reductions of other dims): root's longest input that holds one runs
             # first (on its own, as a block where inner can), else the first of them
-            del block, outputs
             held = [x for x in root.node.inputs if type(x) is Lazy and x.node is not None
                     and _special(x) is not None]
+            if not held and _special(root) is None:  # a plain chain inner refuses: op by op
+                prims = run_block(self.inner, block)
+                break
+            del block, outputs
             self.realize(max(held, key=lambda x: x.ops) if held else _special(root))
             del held
         for x, prim in zip(outputs, prims):

@@ -82,6 +82,9 @@ class Wgpu(Backend):
             fusion.launched((op.name,))
         return out
 
+    # the most leaves and outputs one fused kernel binds (Fusion closes a block before)
+    fused_buffers = runners._MAX_BUFFERS
+
     def fusable(self, op):
         """Whether an ember.fusion Block may hold op besides elementwise ops (sum, max, min:
         a row kernel; matmul: its epilogue)."""

@@ -168,12 +168,20 @@ def fused(be, block):
         if first.kind == REDUCE:
             return fused_rows(be, block, special)
         return EPILOGUES[first](be, block, special[0]) if len(special) == 1 else None
-    shape = block.shape
+    shape, leaves = block.shape, block.leaves
+    room = _MAX_BUFFERS - len(leaves)
+    if len(block.outputs) > room > 0:
+        # more outputs than one kernel can bind beside its leaves: a kernel per group of
+        # them, each computing the chain again (in registers: cheaper than writing it once)
+        return [prim for i in range(0, len(block.outputs), room)
+                for prim in fused(be, type(block)(block.nodes, leaves,
+                                                  block.outputs[i:i + room], shape))]
+    if room < 1:
+        return None  # (Fusion(Wgpu()) closes a block before: fused_buffers)
     n = numel(shape)
     outs = [be.empty(shape, block.nodes[j].dtype) for j in block.outputs]
     if n == 0:
         return outs
-    leaves = block.leaves
     flat = all(x.shape == shape and (x.strides == outs[0].strides
                                      or is_dense(shape, x.strides)) for x in leaves)
     entry = "main"
@@ -542,9 +550,10 @@ def fused_reduce(be, block, op, attrs, shape, dtype):
     red = sorted(dims)
     kept = [d for d in range(len(xshape)) if d not in dims]
     n_red = numel([xshape[d] for d in red])
-    if name not in REDUCERS or x_dtype == "bool" or n_out == 0 or n_red == 0:
-        return None
     leaves = block.leaves
+    if (name not in REDUCERS or x_dtype == "bool" or n_out == 0 or n_red == 0
+            or len(leaves) + 1 > _MAX_BUFFERS):
+        return None
     strides = [broadcast_strides(x, xshape) for x in leaves]
     kshape, kstr = coalesce([xshape[d] for d in kept], [[st[d] for d in kept] for st in strides])
     rshape, rstr = coalesce([xshape[d] for d in red], [[st[d] for d in red] for st in strides])
@@ -584,7 +593,9 @@ def fused_reduce(be, block, op, attrs, shape, dtype):
     return out
 
 
-_MAX_BUFFERS = 8  # storage buffers a kernel binds: what WebGPU guarantees in browsers
+# storage buffers a fused kernel may bind for its leaves and outputs: WebGPU guarantees 8 per
+# shader stage in browsers, and the info words take one (bridge_browser's metaLayout)
+_MAX_BUFFERS = 7
 
 
 def fused_rows(be, block, special):
