@@ -82,6 +82,11 @@ class Wgpu(Backend):
             fusion.launched((op.name,))
         return out
 
+    def compile(self, steps, table, inputs, outputs):
+        """A captured plan encoded once, replayed as one submission (plan.py), or None."""
+        from .plan import compile_plan
+        return compile_plan(self, steps, table, inputs, outputs)
+
     def fuse(self, block):
         """A chain of elementwise ops (an ember.fusion Block) as one generated kernel."""
         return runners.fused(self, block)
@@ -135,6 +140,8 @@ class Wgpu(Backend):
     def empty(self, shape, dtype):
         """A new dense prim (uninitialised)."""
         storage = self.pool.take(max(numel(shape), 1) * 4)
+        if self.device.recording is not None:  # compiling a plan: it needs the buffers' sizes
+            self.device.recording.sizes[storage.gpu] = storage.nbytes
         return Prim(storage, tuple(shape), dense_strides(shape), 0, dtype)
 
     def dense_copy(self, prim):
