@@ -511,17 +511,15 @@ class _Plan:
                 next(iter(backends.values())), "compiles_scalars", False)):
             (backend,) = backends.values()
             order = list(range(n_inputs)) + live_slots
-            order += [s for s in range(len(self.table)) if s not in set(order)]
+            first = set(order)
+            order += [s for s in range(len(self.table)) if s not in first]
             at = {s: i for i, s in enumerate(order)}
             table = [self.table[s] for s in order]
-            for i in range(len(order)):
-                if i < n_inputs + len(live_slots):
-                    table[i] = None
+            n_first = n_inputs + len(live_slots)
+            table[:n_first] = [None] * n_first
             steps = [step._replace(inputs=tuple(at[s] for s in step.inputs), out=at[step.out])
                      for _, step in recorder.steps]
-            first = [backend.unwrap(p) if lower and type(p) is ADPrim else p
-                     for p in recorder.keep[:n_inputs]]
-            first += [self._live_value(recorder.keep[s]) for s in live_slots]
+            first = [self._live_value(recorder.keep[s]) for s in order[:n_first]]
             runner = backend.compile(steps, table, first, sorted(at[s] for s in outputs))
             if runner is not None:
                 self.runner = (runner, order)

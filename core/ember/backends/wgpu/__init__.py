@@ -43,6 +43,7 @@ class Wgpu(Backend):
     unshared inputs' buffers (results must not depend on it)."""
 
     dtypes = DTYPES
+    compiles_scalars = True  # compile() takes live scalars among a plan's inputs (plan.py)
 
     def __init__(self, memory="pool", inplace=True, bridge=None):
         from .device import get_device

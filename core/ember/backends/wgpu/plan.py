@@ -17,12 +17,19 @@ list to the bridge in one submit (one compute pass), natively and in the browser
 
 What cannot be recorded makes compile return None (ember.jit then replays op by op): a read
 back to the host (a host fallback, an index check that must look at the values, autotuning
-still to measure), a host write, an argument written in place, arguments sharing a buffer.
-An int32 argument is replayed only within the bounds its capture had (index checks that
-passed on those bounds are not rerun); outside them that call replays op by op.
+still to measure), a host write, an argument written in place. Arguments that shared a buffer
+at the capture (a parameter and its Adam state) must share it again.
+Index checks that passed on an argument's known bounds (labels uploaded from the host) are
+rerun on each replay's bounds: a replay whose argument has no known bounds, or bounds outside
+the check's, replays op by op (and raises there). Indices computed on the GPU are not checked
+in a plan, as in a browser (WebGPU clamps out-of-range accesses).
 """
 
+import struct
+
 from .layout import Prim
+
+_I32 = struct.Struct("<i")
 
 
 class Unrecordable(Exception):
@@ -33,26 +40,38 @@ class Recording:
     def __init__(self):
         self.commands = []  # (kernel, buffers, words, groups, cache)
         self.sizes = {}     # gpu buffer -> bytes, for the buffers Wgpu.empty handed out
+        self.checked = []   # (gpu buffer, size): index checks passed on known bounds
 
 
 def compile_plan(be, steps, table, inputs, outputs):
-    """A runner for the plan (see Backend.compile), or None."""
-    if any(type(p) is not Prim for p in inputs) or len(
-            {id(p.storage) for p in inputs}) != len(inputs):
+    """A runner for the plan (see Backend.compile), or None. Python floats among `inputs` are
+    scalars a replay recomputes (capture.live): the plan is recorded twice with two sets of
+    stand-in values, and the `info` words where those differ, and only those, are patched
+    with each replay's values (a word derived from a scalar in any other way: None)."""
+    if any(type(p) is not Prim and type(p) is not float for p in inputs):
         return None
-    device = be.device
-    rec = Recording()
-    with device.lock:
-        device.flush()
-        device.recording = rec
-        try:
-            results = _run(be, steps, table, inputs, outputs)
-        except Unrecordable:
+    scalars = [i for i, p in enumerate(inputs) if type(p) is float]
+    recorded = _record(be, steps, table, inputs, outputs, scalars, 0)
+    if recorded is None:
+        return None
+    rec, results = recorded
+    found = {}  # byte offset in the meta -> position of the scalar among the inputs
+    if scalars:
+        other = _record(be, steps, table, inputs, outputs, scalars, 1)
+        if other is None or not _same_but_scalars(rec.commands, other[0].commands, scalars,
+                                                   found):
             return None
-        finally:
-            device.recording = None
+        read = {s for step in steps for s in step.inputs}
+        if not {i for i in scalars if i in read} <= set(found.values()):
+            return None  # a scalar some kernel reads in another form (an int, say)
+        del other
     n = len(inputs)
-    arg_of = {p.storage.gpu: i for i, p in enumerate(inputs)}
+    arg_of, shared = {}, []  # an argument's buffer -> the first argument in it
+    for i, p in enumerate(inputs):
+        if type(p) is Prim:
+            first = arg_of.setdefault(p.storage.gpu, i)
+            if first != i:  # (a parameter and Adam's state: slices of one buffer)
+                shared.append((i, first))
     fixed = {p.storage.gpu for p in table if type(p) is Prim}
     made, made_of, out_sizes, out_specs = [], {}, [], {}
     for slot in outputs:
@@ -77,7 +96,8 @@ def compile_plan(be, steps, table, inputs, outputs):
             out_specs[slot] = ("made", made_of[gpu], view)
     del results
     owned, commands, patches = {}, [], []
-    block = device.block
+    block = be.device.block
+    found = {k * block + 4 * j: i for (k, j), i in found.items()}
     meta = bytearray(block * len(rec.commands))
     from .device import _packer
     for k, (kernel, buffers, words, groups, cache) in enumerate(rec.commands):
@@ -107,7 +127,59 @@ def compile_plan(be, steps, table, inputs, outputs):
         commands.append(command)
         if patched:
             patches.append((k, tuple(refs)))
-    return Runner(be, meta, commands, patches, inputs, out_sizes, out_specs, owned, table)
+    limits = {}  # argument -> the size its indices must stay below
+    for gpu, size in rec.checked:
+        if gpu in arg_of:
+            limits[arg_of[gpu]] = min(size, limits.get(arg_of[gpu], size))
+    return Runner(be, meta, commands, patches, inputs, out_sizes, out_specs, owned, table,
+                  sorted(found.items()), shared, limits)
+
+
+_STAND_IN = ((1.7, 0.003), (-2.9, -0.005))  # scalar i of recording r: a + b * (i + 1)
+
+
+def _record(be, steps, table, inputs, outputs, scalars, r):
+    """The plan's dispatches, recorded (scalars replaced by stand-ins r), and its results."""
+    values = list(inputs)
+    a, b = _STAND_IN[r]
+    for k, i in enumerate(scalars):
+        values[i] = a + b * (k + 1)
+    device = be.device
+    rec = Recording()
+    with device.lock:
+        device.flush()
+        device.recording = rec
+        try:
+            results = _run(be, steps, table, values, outputs)
+        except Unrecordable:
+            return None
+        finally:
+            device.recording = None
+    return rec, results
+
+
+def _same_but_scalars(one, two, scalars, found):
+    """Whether two recordings are the same dispatches, their words differing only where one
+    holds stand-in k of recording 0 and the other stand-in k of recording 1 (found: those
+    places, byte offset -> input position)."""
+    from .runners import _bits
+    bits = [{_bits(a + b * (k + 1), "float32"): i for k, i in enumerate(scalars)}
+            for a, b in _STAND_IN]
+    if len(one) != len(two):
+        return False
+    same = {}  # buffer of one -> buffer of two
+    for c, ((k1, b1, w1, g1, _), (k2, b2, w2, g2, _)) in enumerate(zip(one, two)):
+        if k1 is not k2 or g1 != g2 or len(w1) != len(w2) or len(b1) != len(b2):
+            return False
+        if any(same.setdefault(x, y) is not y for x, y in zip(b1, b2)):
+            return False
+        for j, (x, y) in enumerate(zip(w1, w2)):
+            if x != y:
+                i = bits[0].get(x)
+                if i is None or bits[1].get(y) != i:
+                    return False
+                found[c, j] = i
+    return True
 
 
 def _run(be, steps, table, inputs, outputs):
@@ -131,27 +203,41 @@ def _run(be, steps, table, inputs, outputs):
 
 
 class Runner:
-    """Replays a compiled plan: runner(argument prims) -> {output slot: prim}, or None where
-    an argument's layout or bounds differ from the capture's (op-by-op replay then)."""
+    """Replays a compiled plan: runner(argument prims and scalars) -> {output slot: prim}, or
+    None where an argument's layout or bounds differ from the capture's (op-by-op then)."""
 
-    def __init__(self, be, meta, commands, patches, inputs, out_sizes, out_specs, owned, table):
+    def __init__(self, be, meta, commands, patches, inputs, out_sizes, out_specs, owned, table,
+                 scalars, shared, limits):
         self.be, self.meta, self.commands, self.patches = be, bytes(meta), commands, patches
-        self.layouts = [(p.strides, p.offset) for p in inputs]
-        self.bounds = [p.range if p.dtype == "int32" else None for p in inputs]
+        self.layouts = [(p.strides, p.offset) if type(p) is Prim else None for p in inputs]
+        self.limits = limits  # argument -> the size its values must stay below
         self.out_sizes, self.out_specs = out_sizes, out_specs
+        self.scalars = scalars  # (byte offset in meta, input position) of each scalar word
+        self.shared = shared  # (argument, the first argument in its buffer), from the capture
         self.owned = owned  # the intermediates' buffers, held as long as the plan
         self.table = table  # the constants, likewise
 
     def __call__(self, prims):
-        for p, layout, bound in zip(prims, self.layouts, self.bounds):
-            if type(p) is not Prim or (p.strides, p.offset) != layout:
+        for p, layout in zip(prims, self.layouts):
+            if layout is not None and (type(p) is not Prim or (p.strides, p.offset) != layout):
                 return None
-            if bound is not None and (p.range is None or p.range[0] < bound[0]
-                                      or p.range[1] > bound[1]):
+        for i, size in self.limits.items():
+            bounds = prims[i].range
+            if bounds is None or bounds[0] < 0 or bounds[1] >= size:
                 return None
+        for i, first in self.shared:
+            if prims[i].storage is not prims[first].storage:
+                return None
+        meta = self.meta
+        if self.scalars:
+            from .runners import _bits
+            meta = bytearray(meta)
+            for at, i in self.scalars:
+                _I32.pack_into(meta, at, _bits(prims[i], "float32"))
         pool = self.be.pool
         made = [pool.take(n) for n in self.out_sizes]
-        bound_now = ([p.storage.gpu for p in prims], [s.gpu for s in made])
+        bound_now = ([p.storage.gpu if type(p) is Prim else None for p in prims],
+                     [s.gpu for s in made])
         commands = self.commands
         if self.patches:
             commands = list(commands)
@@ -159,7 +245,7 @@ class Runner:
                 pipeline, _, offset, groups, cache = commands[k]
                 buffers = tuple(r if kind == 2 else bound_now[kind][r] for kind, r in refs)
                 commands[k] = (pipeline, buffers, offset, groups, cache)
-        self.be.device.submit_plan(self.meta, commands)
+        self.be.device.submit_plan(meta, commands)
         out = {}
         for slot, spec in self.out_specs.items():
             kind = spec[0]
