@@ -5,6 +5,9 @@ PyTorch eager (CUDA where there is one, fp32 with TF32 off; else the CPU).
 - train step, batch 128: forward, backward and Adam (BatchNorm in training, dropout 0.25);
   eager is `Autodiff(Wgpu())` op by op, jit is `ember.jit(train_step)` of API.md's form.
 - inference, batch 1 and 256: the model in eval mode, eager and under ember.jit.
+- "jit-ops": ember.jit replaying op by op (the plan's compiled runner dropped), which parts
+  the gain of whole-step capture (no Python of modules, autodiff and the optimizer) from the
+  gain of the plan encoded once (one submission, no Python per op).
 
 Every call ends waiting for the GPU (B.sync(), torch.cuda.synchronize()). Each case checks
 that ember's and PyTorch's logits agree first. Samples of the three are interleaved, their
@@ -43,6 +46,15 @@ def _torch_convnet(torch):
             return self.fc2(self.dropout(self.relu(self.fc1(x.flatten(1)))))
 
     return TConvNet()
+
+
+def op_by_op(jit):
+    """ember.jit's replay without the backend's compiled runner."""
+    def call(*args):
+        for plan in jit._plans.values():
+            plan.runner = None
+        return jit(*args)
+    return call
 
 
 def measure(fns, rounds, number):
@@ -88,7 +100,7 @@ def main(quick=False, batches=(128, 1, 256)):
     # ---- inference --------------------------------------------------------------------------
     theirs.eval()
     model = ours().valid()  # eval mode, on Wgpu itself (no gradient tracking)
-    fast = ember.jit(model)
+    fast, slow = ember.jit(model), op_by_op(ember.jit(model))
     for batch in batches[1:]:
         x = np.random.default_rng(batch).random((batch, 1, 28, 28), dtype=np.float32)
         ex, tx = Tensor.from_data(x, backend=W), torch.from_numpy(x).to(device)
@@ -105,6 +117,7 @@ def main(quick=False, batches=(128, 1, 256)):
             sync_torch()
 
         t = measure({"eager": lambda ex=ex: (model(ex), W.sync()),
+                     "jit-ops": lambda ex=ex: (slow(ex), W.sync()),
                      "jit": lambda ex=ex: (fast(ex), W.sync()), "torch": torch_infer},
                     rounds, number * (5 if batch == 1 else 1))
         rows.append((f"inference batch {batch}", t))
@@ -134,8 +147,8 @@ def main(quick=False, batches=(128, 1, 256)):
             gp = optim.GradientsParams.from_grads(loss.backward(), model)
             return opt.step(model, gp), loss
 
-        return {"model": ours().train(),
-                "step": train_step if name == "eager" else ember.jit(train_step)}
+        step = train_step if name == "eager" else ember.jit(train_step)
+        return {"model": ours().train(), "step": op_by_op(step) if name == "jit-ops" else step}
 
     losses = {}
     for name in ("eager", "jit"):  # the same training, eager and replayed: the same losses
@@ -145,7 +158,7 @@ def main(quick=False, batches=(128, 1, 256)):
             ember_step(states, name)
             losses.setdefault(name, []).append(states[name]["loss"].item())
     same = np.max(np.abs(np.subtract(losses["eager"], losses["jit"])))
-    states = {name: fresh(name) for name in ("eager", "jit")}
+    states = {name: fresh(name) for name in ("eager", "jit-ops", "jit")}
 
     def torch_step():
         t_opt.zero_grad()
@@ -154,6 +167,7 @@ def main(quick=False, batches=(128, 1, 256)):
         sync_torch()
 
     t = measure({"eager": lambda: ember_step(states, "eager"),
+                 "jit-ops": lambda: ember_step(states, "jit-ops"),
                  "jit": lambda: ember_step(states, "jit"),
                  "torch": torch_step}, rounds, number)
     rows.insert(0, (f"train step batch {batch} (fwd+bwd+Adam)", t))
@@ -164,12 +178,13 @@ def main(quick=False, batches=(128, 1, 256)):
     after = W.stats()
     loss = states["jit"]["loss"].item()
 
-    print(f"{'case':40s} {'eager':>9s} {'jit':>9s} {'torch':>9s} {'eager/torch':>12s} "
-          f"{'jit/torch':>10s} {'eager/jit':>10s}")
+    print(f"{'case':38s} {'eager':>9s} {'jit-ops':>9s} {'jit':>9s} {'torch':>9s} "
+          f"{'eager/torch':>11s} {'jit/torch':>9s} {'eager/jit':>9s} {'ops/jit':>8s}")
     for case, t in rows:
-        print(f"{case:40s} {t['eager']:8.3f}m {t['jit']:8.3f}m {t['torch']:8.3f}m "
-              f"{t['eager'] / t['torch']:11.2f}x {t['jit'] / t['torch']:9.2f}x "
-              f"{t['eager'] / t['jit']:9.2f}x")
+        print(f"{case:38s} {t['eager']:8.3f}m {t['jit-ops']:8.3f}m {t['jit']:8.3f}m "
+              f"{t['torch']:8.3f}m {t['eager'] / t['torch']:10.2f}x "
+              f"{t['jit'] / t['torch']:8.2f}x {t['eager'] / t['jit']:8.2f}x "
+              f"{t['jit-ops'] / t['jit']:7.2f}x")
     print(f"# (m = ms per call) jit train step: {'compiled' if runner else 'op by op'}, "
           f"{len(runner.commands) if runner else '-'} dispatches in "
           f"{after['submits'] - before['submits']} submission(s) per replay, "

@@ -3,6 +3,8 @@ replay them without the Python that chose them (tinygrad's TinyJit, torch.jit.tr
 
     fast = ember.jit(model)          # a Module, or any function of Tensors
     y = fast(x)                      # 1st call runs as written, 2nd runs and captures, then replays
+    step = ember.jit(train_step)     # whole training steps: see API.md
+    model, loss = step(model, x, y)  # forward, backward and the optimizer's update replayed
 
 A replay runs the captured list of op-table primitives on their backends, with the new
 arguments' data in place of the old: modules, functional argument handling, shape and dtype
@@ -11,20 +13,27 @@ the kernels (the MNIST ConvNet: ~0.4 of ~0.9 ms). A replay also frees each inter
 last use, so elementwise ops reuse their input's buffer (NdArray's ownership rule). At capture,
 per-channel constants after a convolution are folded into it (BatchNorm in eval mode), and the
 backend may take the whole plan (Backend.compile: NdArray inside Pyodide runs its WebAssembly
-kernels as programs, one call for a run of them).
+kernels as programs, one call for a run of them; Wgpu submits the plan's recorded dispatches
+in one go).
 
 What is captured, and so what a replay assumes:
 - The ops must not depend on tensor values: reading values (to_numpy, item, bool(x)) or drawing
-  random numbers (dropout in training) while capturing raises JitError. Python control flow
-  on shapes, dtypes and plain arguments is fine: each different signature (the tensor
-  arguments' shapes, dtypes and backends, the other arguments' values, whether gradients are
-  recorded) gets its own capture.
+  random numbers (Tensor.random) while capturing raises JitError. Python control flow on
+  shapes, dtypes and plain arguments is fine: each different signature (the tensor arguments'
+  shapes, dtypes and backends, the other arguments' values, whether gradients are recorded)
+  gets its own capture. What a replay must compute anew is marked with live() (dropout's masks,
+  drawn from ember's generator where eager training draws them; Adam's step-dependent scalars).
 - Tensors the function reads but is not passed (weights, tensors made with from_data) are
   captured as they are. For a Module that is checked on every call: a parameter rebound
   (an optimizer step, record.load, .to()) or a train()/eval() switch drops the captures, and
   the next calls run and capture again. For a plain function, pass what changes as arguments.
-- Arguments: Tensors and hashable plain values, positional or by keyword; results: a Tensor,
-  or a tuple, list or dict of Tensors.
+- Arguments: Tensors, Modules (their Params are arguments; the Params a Module holds after the
+  call, an optimizer's or BatchNorm's, are put back by each replay) and hashable plain values,
+  positional or by keyword; results: a Tensor, a Module argument, or a tuple, list or dict of
+  those. An optimizer's state is carried along (carry(), on_replay()).
+- Training steps: when no result can still be differentiated (the function ran backward
+  itself), Autodiff's steps replay as their inner backend's ops: no tape is recorded, and the
+  saved activations backward reads are the slots of the steps that made them.
 """
 
 
