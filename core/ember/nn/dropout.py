@@ -5,8 +5,9 @@ import math
 
 import numpy as np
 
+from ..capture import live
 from ..distribution import rng
-from ..tensor import Tensor, _host
+from ..tensor import Tensor
 from .module import Module
 
 
@@ -18,8 +19,11 @@ def dropout(x, p=0.5, training=True):
         return x
     if p == 1:
         return x * 0.0
-    _host("drawing random numbers")  # (ember.jit refuses to capture it)
-    return x * Tensor.from_data(_scaled_mask(x.shape, 1 - p, x.dtype), backend=x.backend)
+    shape, dtype, backend = x.shape, x.dtype, x.backend
+
+    def mask():  # under ember.jit, every replay draws its own, where this call draws it
+        return Tensor.from_data(_scaled_mask(shape, 1 - p, dtype), backend=backend)
+    return x * live(mask(), mask)
 
 
 def _scaled_mask(shape, keep, dtype):

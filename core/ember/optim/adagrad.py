@@ -1,5 +1,6 @@
 """AdaGrad: torch.optim.Adagrad's update."""
 
+from ..tensor import _host
 from .optimizer import Optimizer
 
 __all__ = ["AdaGrad"]
@@ -34,6 +35,8 @@ class AdaGrad(Optimizer):
         state["step"] = step = state["step"] + 1
         if self.weight_decay != 0:
             g = g + x * self.weight_decay
+        if self.lr_decay:
+            _host("AdaGrad's lr_decay (a rate that changes every step)")  # (for ember.jit)
         clr = lr / (1 + (step - 1) * self.lr_decay)
         s = state["sum"] = state["sum"] + g * g
         return x + g * -clr / (s.sqrt() + self.eps)

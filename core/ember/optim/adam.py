@@ -1,7 +1,8 @@
 """Adam and AdamW: torch.optim.Adam / AdamW's update (AMSGrad included)."""
 
+from ..capture import live
 from ..ops import prims
-from ..tensor import Tensor, _apply
+from ..tensor import Tensor, _apply, _host
 from .optimizer import Optimizer, lerp
 
 __all__ = ["Adam", "AdamW"]
@@ -65,11 +66,14 @@ class Adam(Optimizer):
             else:
                 g = g + x * self.weight_decay
         if not self.amsgrad:  # one op: torch's arithmetic (see ops/optim.py)
+            # (under ember.jit a replay computes these anew, for the step it takes)
+            bc2_sqrt, rate = live(self._scalars(step, lr),
+                                  lambda: self._scalars(state["step"] + 1, self.lr))
             x_m_v = state["x_m_v"] = _apply(
-                prims.adam, x, g, state["x_m_v"], 1 - beta1, beta2,
-                (1 - beta2 ** step) ** 0.5, self.eps, -lr / (1 - beta1 ** step))
+                prims.adam, x, g, state["x_m_v"], 1 - beta1, beta2, bc2_sqrt, self.eps, rate)
             return _apply(prims.slice, x_m_v, starts=(0,) * x_m_v.ndim,
                           stops=(1,) + x.shape, steps=(1,) * x_m_v.ndim).reshape(x.shape)
+        _host("Adam(amsgrad=True)'s step-dependent scalars")  # (ember.jit refuses to capture)
         m = state["exp_avg"] = lerp(state["exp_avg"], g, 1 - beta1)
         v = state["exp_avg_sq"] = state["exp_avg_sq"] * beta2 + g * (1 - beta2) * g
         v = state["max_exp_avg_sq"] = state["max_exp_avg_sq"].maximum(v)
@@ -81,6 +85,11 @@ class Adam(Optimizer):
             return x + m * -step_size / (v.sqrt() / (1 - beta2 ** step) ** 0.5 + self.eps)
         scale = -1.0 / (step_size * (1 - beta2 ** step) ** 0.5)
         return x + m / (v.sqrt() * scale + self.eps * (-1.0 / step_size))
+
+
+    def _scalars(self, step, lr):
+        beta1, beta2 = self.betas
+        return (1 - beta2 ** step) ** 0.5, -lr / (1 - beta1 ** step)
 
 
 class AdamW(Adam):

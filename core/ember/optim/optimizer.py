@@ -15,8 +15,9 @@ import numbers
 import numpy as np
 
 from ..autodiff import Gradients, no_grad
+from ..capture import carry, on_replay
 from ..errors import ShapeError
-from ..tensor import Tensor
+from ..tensor import Tensor, _host
 from .grads import GradientsParams, OptimError, check_module
 from .lr import Constant, as_scheduler
 
@@ -82,6 +83,8 @@ class Optimizer:
             grads = self.grad_clip(GradientsParams(
                 {k: g for k, g in grads.items() if params[k][1].trainable}))
         lr = float(self.scheduler.get_lr())
+        if not isinstance(self.scheduler, Constant):
+            _host("a learning-rate schedule (a replay would keep the captured rate)")
 
         def update(name, p):
             if not p.trainable:
@@ -99,13 +102,18 @@ class Optimizer:
                 state = self.state[p.param_id] = self._init_state(x)
             else:
                 _follow(state, x)
-            return p.with_value(self._update(x, g, state, lr))
+            # (under ember.jit, replays read and store the state in self.state as this does)
+            return p.with_value(carry(state, lambda: self._update(x, g, state, lr)))
 
         with no_grad():
             model.map_params(update)
+        self._advance()
+        on_replay(self._advance)
+        return model
+
+    def _advance(self):
         self.step_count += 1
         self.scheduler.step()
-        return model
 
     def _init_state(self, x):
         """The state of a parameter before its first update."""

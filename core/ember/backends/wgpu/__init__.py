@@ -43,6 +43,7 @@ class Wgpu(Backend):
     unshared inputs' buffers (results must not depend on it)."""
 
     dtypes = DTYPES
+    compiles_scalars = True  # compile() takes live scalars among a plan's inputs (plan.py)
 
     def __init__(self, memory="pool", inplace=True, bridge=None):
         from .device import get_device
@@ -89,6 +90,11 @@ class Wgpu(Backend):
         """Whether an ember.fusion Block may hold op besides elementwise ops (sum, max, min:
         a row kernel; matmul: its epilogue)."""
         return runners.fusable(op)
+
+    def compile(self, steps, table, inputs, outputs):
+        """A captured plan encoded once, replayed as one submission (plan.py), or None."""
+        from .plan import compile_plan
+        return compile_plan(self, steps, table, inputs, outputs)
 
     def fuse(self, block):
         """An ember.fusion Block as one generated kernel, or None (see runners.fused)."""
@@ -143,6 +149,8 @@ class Wgpu(Backend):
     def empty(self, shape, dtype):
         """A new dense prim (uninitialised)."""
         storage = self.pool.take(max(numel(shape), 1) * 4)
+        if self.device.recording is not None:  # compiling a plan: it needs the buffers' sizes
+            self.device.recording.sizes[storage.gpu] = storage.nbytes
         return Prim(storage, tuple(shape), dense_strides(shape), 0, dtype)
 
     def dense_copy(self, prim):

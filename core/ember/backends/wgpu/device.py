@@ -4,13 +4,15 @@ share tensors, so they must share buffers).
 It records dispatches into a batch (their `info` words in one host buffer, the commands in a
 list) and submits the batch in one call when a read needs the results, when the batch is full
 (`max_batch` dispatches), or on sync(); nothing waits on the GPU except a read. It caches
-compiled pipelines by kernel key, and counts what it does (`stats()`).
+compiled pipelines by kernel key, and counts what it does (`stats()`). While a plan is being
+compiled (plan.py), `recording` takes the dispatches instead, and reads and writes refuse.
 """
 
 import struct
 import threading
 
 from .bridge import META_BLOCK, META_WORDS
+from .plan import Unrecordable
 from .pool import Pool
 
 _PACKERS = {}
@@ -37,6 +39,7 @@ class Device:
         self._used = set()          # buffers bound since the last submission
         self._doomed = []           # buffers to destroy once the open batch is submitted
         self._in_flight = 0
+        self.recording = None       # a plan.Recording while Wgpu.compile records a plan
         self.kernels = {}           # kernel key -> Kernel
         self.pools = {}
         self.counters = dict(dispatches=0, submits=0, reads=0, writes=0, pipelines=0,
@@ -56,6 +59,9 @@ class Device:
             raise ValueError(f"{kernel.name}: {len(words)} info words, at most {META_WORDS} "
                              "(too many dims?)")
         with self.lock:
+            if self.recording is not None:
+                self.recording.commands.append((kernel, buffers, words, groups, cache))
+                return
             n = len(self._commands)
             offset = n * self.block
             _packer(len(words))(self._meta, offset, *words)
@@ -82,6 +88,19 @@ class Device:
                 self.bridge.wait()
                 self._in_flight = 0
 
+    def submit_plan(self, meta, commands):
+        """Submit a compiled plan's commands (plan.py) after the open batch, in one call."""
+        with self.lock:
+            self.flush()
+            if commands:
+                self.bridge.submit(meta, commands)
+                self.counters["submits"] += 1
+                self.counters["dispatches"] += len(commands)
+                self._in_flight += 1
+                if self._in_flight >= self.max_in_flight and self.bridge.can_block:
+                    self.bridge.wait()
+                    self._in_flight = 0
+
     def sync(self):
         with self.lock:
             self.flush()
@@ -98,8 +117,13 @@ class Device:
                 self.bridge.destroy_buffer(gpu)
 
     # ---- data in and out ---------------------------------------------------------------------
+    def _refuse_while_recording(self, what):
+        if self.recording is not None:
+            raise Unrecordable(what)
+
     def upload(self, gpu, data):
         with self.lock:
+            self._refuse_while_recording("a host write")
             if gpu in self._used:  # freed and handed out again within the open batch
                 self.flush()
             self.bridge.write(gpu, 0, data)
@@ -107,6 +131,7 @@ class Device:
 
     def read(self, gpu, offset, nbytes):
         with self.lock:
+            self._refuse_while_recording("a read-back")
             self.flush()
             self._in_flight = 0
             self.counters["reads"] += 1
@@ -114,6 +139,7 @@ class Device:
 
     async def read_async(self, gpu, offset, nbytes):
         with self.lock:
+            self._refuse_while_recording("a read-back")
             self.flush()
             self._in_flight = 0
             self.counters["reads"] += 1

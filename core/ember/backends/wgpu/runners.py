@@ -351,9 +351,13 @@ def check_indices(be, name, idx, size, dim):
     indices (from their upload, a fill, an argmax) usually settle it without a read-back."""
     if numel(idx.shape) == 0:
         return
-    bounds = idx.range
-    if (bounds is None or bounds[0] < 0 or bounds[1] >= size) and not be.device.bridge.can_block:
-        return  # a browser cannot wait for the values; WebGPU clamps out-of-range reads
+    bounds, recording = idx.range, be.device.recording
+    if recording is not None and bounds is not None:  # (plan.py: a replay's bounds must pass)
+        recording.checked.append((idx.storage.gpu, size))
+    if (bounds is None or bounds[0] < 0 or bounds[1] >= size) and (
+            not be.device.bridge.can_block or recording is not None):
+        return  # a browser cannot wait for the values, nor a plan being recorded (plan.py)
+        #         for values computed on the GPU; WebGPU clamps out-of-range accesses
     if bounds is None or bounds[0] < 0 or bounds[1] >= size:
         values = be.to_numpy(idx)
         be.device.counters["index_checks_read_back"] += 1
