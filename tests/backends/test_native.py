@@ -503,32 +503,3 @@ def test_threads_caps_the_threads_of_one_instance(lib, monkeypatch):
             w, backend=B)).to_numpy()
         assert parts == [2 if threads is None else 1], parts
     np.testing.assert_allclose(outs[1], outs[None], rtol=1e-5, atol=1e-5)
-
-
-# ---- the GEMM split is a tunable of ember.autotune ---------------------------------------------
-@pytest.fixture
-def fresh_autotune(monkeypatch, tmp_path):
-    from ember import autotune
-    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("EMBER_AUTOTUNE", raising=False)
-    for name, value in (("_memory", {}), ("_file", None), ("_tuned", []), ("_cached", [])):
-        monkeypatch.setattr(autotune, name, value)
-    return autotune
-
-
-@pytest.mark.skipif(native.THREADS < 2, reason="one core: a GEMM has nothing to split over")
-def test_the_gemm_split_is_tuned_once_per_bucket(fresh_autotune):
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((200, 300)).astype(np.float32),
-            rng.standard_normal((300, 120)).astype(np.float32))
-    for shape in ((200, 300), (190, 290)):  # the same bucket: tuned once
-        x = np.ascontiguousarray(a[:shape[0], :shape[1]])
-        got = native.matmul(x, b[:shape[1]])
-        np.testing.assert_allclose(got, x @ b[:shape[1]], rtol=1e-5, atol=1e-4)
-    stats = fresh_autotune.stats()
-    assert [e.split("|")[0] for e in stats["tuned"]] == ["native.gemm"], stats
-    assert stats["tuned"][0].endswith("split,whole")
-    # one thread (NdArray(threads=1)): nothing to choose, nothing tuned
-    with kernels.using(native.Native(threads=1)):
-        native.matmul(a[:, :260], b[:260])
-    assert len(fresh_autotune.stats()["tuned"]) == 1

@@ -34,7 +34,6 @@ says what is in use and why.
 import ctypes
 import functools
 import hashlib
-import math
 import os
 import platform
 import re
@@ -49,7 +48,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import autotune
 from ...ops import kernels, numerics
 
 HERE = Path(__file__).resolve().parent
@@ -348,10 +346,10 @@ _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # OpenBLAS runs a GEMM of fewer multiply-adds than this on the calling thread itself (its
 # interface/gemm.c: 65536 x GEMM_MULTITHREAD_THRESHOLD 4): no need to set its thread count
 _BLAS_THREADS_FROM = 1 << 18
-# Products from this many multiply-adds are split over the pool by default; smaller ones run
-# whole on the calling thread: a hand-off to the pool costs tens of microseconds, and the NumPy
-# path's convolutions (stride 2, groups) make many products of a few million (measured no
-# faster split, on 2 cores). ember.autotune measures both ways per machine and shape bucket.
+# Products from this many multiply-adds are split over the pool; smaller ones run whole on the
+# calling thread: a hand-off to the pool costs tens of microseconds, and the NumPy path's
+# convolutions (stride 2, groups) make many products of a few million (measured no faster
+# split, on 2 cores). MNIST's Linear 11616 -> 32 at batch 64 is 24M.
 MIN_PARALLEL_GEMM = 1 << 24
 _blas_lock = threading.Lock()
 _blas_users = 0     # ember's GEMMs running now (any thread)
@@ -394,22 +392,10 @@ def matmul(a, b):
 def _matmul(a, b):
     (m, k), n = a.shape[-2:], b.shape[-1]
     threads = _threads()
-    if threads == 1 or a.dtype != b.dtype or b.shape[-2] != k:
+    if threads == 1 or a.dtype != b.dtype or m * n * k < MIN_PARALLEL_GEMM or (
+            b.shape[-2] != k):
         return np.matmul(a, b)  # (a mismatch: NumPy's own error)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    ways = ("split", "whole") if m * n * k >= MIN_PARALLEL_GEMM else ("whole", "split")
-    key = (threads, a.dtype.name, *map(autotune.bucket, (m, n, k, math.prod(batch))))
-    way = autotune.choose("native.gemm", key, ways,
-                          lambda w: _gemm(w, a, b, batch, threads), lambda out: out, lambda: None)
-    return _gemm(way, a, b, batch, threads)
-
-
-def _gemm(way, a, b, batch, threads):
-    """a @ b whole on this thread, or split over the pool: a batch by its first dim, a single
-    product by the rows of a (or, when b has more columns, the columns of b)."""
-    if way == "whole":
-        return np.matmul(a, b)
-    (m, _), n = a.shape[-2:], b.shape[-1]
     out = np.empty(batch + (m, n), a.dtype)
     if batch and batch[0] >= threads:  # whole products per thread: a slice of the batch each
         def first(x):  # x's part along the batch's first dim (all of x where it broadcasts)
