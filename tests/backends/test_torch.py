@@ -294,6 +294,6 @@ def test_jit_on_cuda_replays_one_cuda_graph(B):
           for _ in range(5)]
     outs = [fast(x) for x in xs]  # calls 3 to 5 replay the graph, each with its own input
     (plan,) = fast._plans.values()
-    assert plan.runner is not None and plan.runner.__self__.graph is not None
+    assert plan.runner is not None and plan.runner[0].__self__.graph is not None
     for x, out in zip(xs, outs):  # each result its own copy, not the graph's next output
         np.testing.assert_allclose(out.to_numpy(), model(x).to_numpy(), rtol=1e-5, atol=1e-6)
