@@ -65,8 +65,9 @@ def _torch_convnet(torch):
     return TConvNet()
 
 
-def _step_row(ctx, torch, case, ours, theirs, batch):
-    """Time one training step of each model (the same weights), after checking the logits."""
+def _step_row(ctx, torch, case, ours, theirs, batch, jit=False):
+    """Time one training step of each model (the same weights), after checking the logits;
+    jit: ember's whole step (forward, backward, Adam) replayed by ember.jit."""
     from ember.backend import Torch
     device = torch.device(DEVICE)
     B = Autodiff(Torch(DEVICE))
@@ -89,10 +90,13 @@ def _step_row(ctx, torch, case, ours, theirs, batch):
         opt, t_opt = optim.Adam(lr=1e-3), torch.optim.Adam(theirs.parameters(), lr=1e-3)
         state = {"model": ours}
 
+        def train_step(model, x, y):
+            loss = loss_fn(model(x), y)
+            return opt.step(model, optim.GradientsParams.from_grads(loss.backward(), model)), loss
+        step = ember.jit(train_step) if jit else train_step
+
         def ember_step():
-            model = state["model"]
-            grads = loss_fn(model(ex), ey).backward()
-            state["model"] = opt.step(model, optim.GradientsParams.from_grads(grads, model))
+            state["model"], _ = step(state["model"], ex, ey)
             B.sync()
 
         def torch_step():
@@ -105,8 +109,9 @@ def _step_row(ctx, torch, case, ours, theirs, batch):
         a, b = ctx.measure(ember_step, torch_step)
     finally:
         mm.fp32_precision, conv.fp32_precision = precision
+    how = "ember.jit of " if jit else ""
     return ctx.time_row(f"{case} batch {batch} train step (fwd+bwd+Adam), "
-                        f"Autodiff(Torch({DEVICE!r})) vs PyTorch", a, b)
+                        f"{how}Autodiff(Torch({DEVICE!r})) vs PyTorch", a, b)
 
 
 def _missing(ctx):
@@ -132,12 +137,13 @@ def convnet_step(ctx):
     if torch is None:
         yield _missing(ctx)
         return
-    torch.manual_seed(0)
-    theirs = _torch_convnet(torch)
-    ours = ConvNet()
-    ember.record.load_state_dict(ours, {k: v.detach().numpy()
-                                        for k, v in theirs.state_dict().items()})
-    yield _step_row(ctx, torch, "ConvNet", ours, theirs, 128)
+    for jit in (False, True):  # each from the same fresh weights (a step trains torch's model)
+        torch.manual_seed(0)
+        theirs = _torch_convnet(torch)
+        ours = ConvNet()
+        ember.record.load_state_dict(ours, {k: v.detach().numpy()
+                                            for k, v in theirs.state_dict().items()})
+        yield _step_row(ctx, torch, "ConvNet", ours, theirs, 128, jit=jit)
 
 
 def matmul(ctx):
