@@ -168,12 +168,11 @@ class NdArray(Backend):
             for i in op.donors:
                 if i >= len(inputs):
                     break
-                x = inputs[i]  # (the cheap checks first; sole_owner counts x's references)
-                if (type(x) is np.ndarray and x.base is None and x.shape == shape
-                        and x.dtype == dtype and x.flags.writeable):
-                    del x
-                    if sole_owner(inputs, i):
-                        return op.np(*inputs, out=inputs[i], **attrs)
+                if sole_owner(inputs, i):  # (first: a reference count is the cheapest test)
+                    x = inputs[i]
+                    if (type(x) is np.ndarray and x.shape == shape and x.base is None
+                            and x.flags.writeable and x.dtype == dtype):
+                        return op.np(*inputs, out=x, **attrs)
         out = op.np(*inputs, **attrs)
         # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
         return out if type(out) is np.ndarray else np.asarray(out)
