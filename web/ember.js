@@ -8,7 +8,7 @@
 //   onProgress({stage, message, ms})   stages: runtime, packages, import, ready
 //   onStdout(text), onStderr(text)     default sinks (runPython can pass its own per run)
 //
-// handle.runPython(code, {onStdout, onStderr, filename, fresh}) resolves to
+// handle.runPython(code, {onStdout, onStderr, filename, fresh, namespace}) resolves to
 //   {ok: true, result: repr-of-last-expression | null} or {ok: false, error: traceback-text};
 // it rejects only when the runtime itself failed. handle.interrupt() raises KeyboardInterrupt in
 // a running worker (needs cross-origin isolation: `ember demo` sends COOP/COEP).

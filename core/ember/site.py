@@ -337,7 +337,8 @@ def _pages(out):
     pages = []
     for index in sorted(out.glob("**/index.html")):
         rel = index.parent.relative_to(out)
-        if rel == Path(".") or rel.parts[0] in ("pyodide", "pyscript", "web"):
+        if rel == Path(".") or rel.parts[0] in ("pyodide", "pyscript", "web") or (
+                rel.parts[0] == "book" and len(rel.parts) > 1):  # the book's chapters
             continue
         text = index.read_text(errors="replace")
         start, end = text.find("<title>"), text.find("</title>")
@@ -356,6 +357,38 @@ def playground_examples(folder):
         title = first.lstrip("#").strip() if first.startswith("#") else path.stem
         examples.append({"name": path.stem.split("_", 1)[-1], "title": title, "code": code})
     return examples
+
+
+# ---- the book ------------------------------------------------------------------------------
+BOOK_SCRIPT = '<script type="module" src="{root}web/book.js"></script>'
+
+
+def build_book(root, dest, log=print):
+    """The ember book (docs/mkdocs.yml) built by MkDocs into `dest`, every page given
+    web/book.js (a Run button on each Python block, run by the page's Pyodide); False, with a
+    note, where the docs extra is not installed: the book's toolchain (MkDocs + Material +
+    mkdocstrings, ~125 MB) stays out of `.[site]`, which `make demo` installs."""
+    import importlib.util
+    if not all(importlib.util.find_spec(m) for m in ("mkdocs", "material", "mkdocstrings")):
+        log("the book is left out of this build: MkDocs is not installed (pip install -e "
+            "'.[docs]', then build again)")
+        return False
+    log("building the book (mkdocs)")
+    _run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f",
+          str(Path(root) / "docs" / "mkdocs.yml"), "-d", str(dest)], "building the book",
+         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    for page in Path(dest).glob("**/*.html"):
+        add_book_script(page, "../" * (len(page.relative_to(Path(dest).parent).parts) - 1))
+    return True
+
+
+def add_book_script(page, root):
+    """web/book.js (at `root`, the site's root relative to the page) before </body>."""
+    text = page.read_text(encoding="utf-8")
+    at = text.rfind("</body>")
+    if at < 0:
+        raise SiteError(f"{page}: no </body> to put web/book.js before")
+    page.write_text(text[:at] + BOOK_SCRIPT.format(root=root) + text[at:], encoding="utf-8")
 
 
 LANDING = """<!doctype html>
@@ -377,6 +410,9 @@ code{{background:#f3f3f3;padding:0 .2em}}</style></head>
 def write_landing(out, info):
     items = "\n".join(f'<li><a href="{html.escape(url)}">{html.escape(title)}</a> '
                       f'<code>/{html.escape(url)}</code></li>' for url, title in _pages(out))
+    if not info.get("book"):
+        items += ("\n<li>The ember book is not in this build: install the docs extra "
+                  "(<code>pip install -e '.[docs]'</code>) and build again</li>")
     (out / "index.html").write_text(LANDING.format(
         version=info["ember"], pyodide=PYODIDE_VERSION, items=items,
         techniques=", ".join(info["techniques"]) or "none (stock files)"))
@@ -507,7 +543,8 @@ def _build(out, root, fast_start, log):
     for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
         _copytree(page, out / "demos" / page.name)
 
-    info = {"format": SITE_FORMAT, "ember": ember.__version__,
+    book = build_book(root, out / "book", log)
+    info = {"format": SITE_FORMAT, "ember": ember.__version__, "book": "book/" if book else None,
             "ember_wheel": f"pyodide/{wheel.name}", "pyodide": PYODIDE_VERSION,
             "pyscript": PYSCRIPT_VERSION,
             "packages": {n: {"file_name": e["file_name"], "sha256": e["sha256"],
