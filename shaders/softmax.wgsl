@@ -17,7 +17,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let cols = info[1];
     let src = info[2] + row * cols;
     let dst = row * cols;
-    var m = -3.4028235e38;
+    var m = bitcast<f32>(0xff7fffffu);  // -FLT_MAX (Tint refuses -3.4028235e38: past it)
     if (valid) {
         for (var c = i32(lid); c < cols; c += 256) {
             m = max(m, x[src + c]);

@@ -43,6 +43,21 @@ const blocks = [...document.querySelectorAll("div.language-python")].map((div, i
   return block;
 });
 
+// Blocks that make `Wgpu()` (written for native runs, where devices come at once) find the
+// page's WebGPU device made first, as `await Wgpu.create()` would: to_numpy() can wait for the GPU
+// in the worker (JS promise integration), so they run unchanged.
+const WEBGPU = `
+import js
+from ember.errors import BackendError
+from ember.backends.wgpu import bridge_browser
+try:
+    if hasattr(js.navigator, "gpu"):
+        await bridge_browser.request_device()
+except BackendError:
+    pass  # no adapter: the block's own Wgpu() says so
+`;
+let webgpu = null;
+
 function boot(block) {
   if (!ember) {
     ember = loadEmber({
@@ -50,7 +65,9 @@ function boot(block) {
       onProgress: ({ stage, message }) => { block.note.textContent = stage === "ready" ? "" : message; },
     });
   }
-  return ember;
+  if (!/\bWgpu\b/.test(block.code)) return ember;
+  webgpu ??= ember.then(async (py) => { await py.runPython(WEBGPU, { filename: "<book webgpu>" }); return py; });
+  return webgpu;
 }
 
 function runUpTo(block) {
@@ -59,7 +76,11 @@ function runUpTo(block) {
   for (const b of todo) b.button.disabled = true;
   queue = queue.then(async () => {
     for (const b of todo) {
-      if (!(await runBlock(b))) break; // a failing block stops the ones after it
+      if (await runBlock(b)) continue;
+      if (b !== block) { // a failing block stops the ones after it
+        block.note.textContent = `not run: block ${b.index + 1} above it failed (its output says why)`;
+      }
+      break;
     }
   }).finally(() => { for (const b of todo) b.button.disabled = false; });
 }
