@@ -87,3 +87,41 @@ def test_a_block_for_the_page_runs_there(page, chapter):
     out = run_block(page, index)
     assert page.locator("pre.ember-output").nth(index).get_attribute("data-state") == "ok", out
     assert out.strip()
+
+
+def run_block_with(pg, text):
+    """Run the block whose code contains `text`; (its index, its output)."""
+    codes = pg.eval_on_selector_all(
+        ".ember-run", "bars => bars.map(b => b.previousElementSibling.textContent)")
+    index = next(i for i, c in enumerate(codes) if text in c)
+    return index, run_block(pg, index)
+
+
+def test_a_wgpu_block_runs_on_the_pages_webgpu(page):
+    """A block written for native runs (`G = Wgpu()`, `y.to_numpy()`) runs unchanged: book.js
+    makes the page's WebGPU device first (SwiftShader here)."""
+    page.goto(page.base + "book/backends/")
+    index, out = run_block_with(page, "G = Wgpu()")
+    assert page.locator("pre.ember-output").nth(index).get_attribute("data-state") == "ok", out
+    assert out == "(64, 64)\nTrue\n"
+    _, out = run_block_with(page, "F = Fusion(Wgpu())")
+    assert "Kernel(" in out, out
+
+
+def test_a_block_that_cannot_run_in_the_page_fails_with_a_clean_traceback(page):
+    page.goto(page.base + "book/backends/")
+    index, out = run_block_with(page, 'Torch(device="cuda"')
+    assert page.locator("pre.ember-output").nth(index).get_attribute("data-state") == "error"
+    assert out.startswith("Traceback (most recent call last):")
+    assert 'File "<book block' in out and "_pyodide" not in out
+    assert "BackendError: Torch needs PyTorch" in out
+    assert "failed in" in page.locator(".ember-note").nth(index).text_content()
+
+
+def test_native_blocks_show_why_instead_of_a_button(page):
+    page.goto(page.base + "book/records/")
+    notes = page.eval_on_selector_all(".ember-native", "els => els.map(e => e.textContent)")
+    assert notes == ["runs natively only: PyTorch writes the checkpoint: no PyTorch in the page",
+                     "runs natively only: torch.save writes the file: no PyTorch in the page"]
+    assert page.locator(".ember-run button").count() == \
+        page.locator("div.language-python").count() - 2

@@ -3,13 +3,16 @@
 // from this site: offline) boots on the first click. A page's blocks share one namespace, as in
 // tests/docs/test_book.py: Run on a block first runs the blocks above it that have not run yet,
 // except those marked `# book: skip (...)` (the tests skip them too; each still runs on its own
-// button, and many of them are the blocks written for the page).
+// button, and many of them are the blocks written for the page). A block marked
+// `# book: native (reason)` (PyTorch, files it writes) runs in the tests but not here: it shows
+// the reason instead of a button, and the blocks below it do not wait for it.
 // Contract for e2e: each block's output is a `pre.ember-output` after it, with data-state
 // (running, ok, error) and data-runs (runs finished).
 import { loadEmber } from "./ember.js";
 import { outputWriter } from "./output.js";
 
 const SKIP = /^#\s*book:\s*skip\b/;
+const NATIVE = /^#\s*book:\s*native\s*\((.+)\)/;
 const namespace = `<book ${location.pathname}>`;
 let ember = null; // the handle's promise, made on the first Run
 let queue = Promise.resolve(); // one block at a time, in the order asked for
@@ -23,6 +26,13 @@ const blocks = [...document.querySelectorAll("div.language-python")].map((div, i
   const code = div.querySelector("code")?.textContent ?? "";
   const bar = document.createElement("div");
   bar.className = "ember-run";
+  const native = NATIVE.exec(code);
+  if (native) {
+    bar.className = "ember-native";
+    bar.textContent = `runs natively only: ${native[1]}`;
+    div.after(bar);
+    return null;
+  }
   const button = document.createElement("button");
   button.type = "button";
   button.textContent = "Run";
@@ -41,7 +51,7 @@ const blocks = [...document.querySelectorAll("div.language-python")].map((div, i
                   out: outputWriter(pre) };
   button.onclick = () => runUpTo(block);
   return block;
-});
+}).filter(Boolean);
 
 // Blocks that make `Wgpu()` (written for native runs, where devices come at once) find the
 // page's WebGPU device made first, as `await Wgpu.create()` would: to_numpy() can wait for the GPU
