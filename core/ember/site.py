@@ -542,6 +542,10 @@ def _build(out, root, fast_start, log):
             json.dumps(playground_examples(demos / "playground" / "examples"), indent=1))
     for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
         _copytree(page, out / "demos" / page.name)
+    # the examples that have a page (docs/examples/*/index.html), e.g. training in the browser
+    for page in sorted((root / "docs" / "examples").glob("*/index.html")):
+        _copytree(page.parent, out / "examples" / page.parent.name.replace("_", "-"),
+                  ignore=("README.md",))
 
     book = build_book(root, out / "book", log)
     info = {"format": SITE_FORMAT, "ember": ember.__version__, "book": "book/" if book else None,
