@@ -23,8 +23,12 @@ self.onmessage = async ({ data: m }) => {
         stdout: (text) => postMessage({ type: "stdout", id: current, text }),
         stderr: (text) => postMessage({ type: "stderr", id: current, text }),
       });
-      if (m.interrupt) py.pyodide.setInterruptBuffer(m.interrupt);
-      postMessage({ type: "ready", versions: py.versions, timings: py.timings });
+      let flushSignal = null;
+      if (m.interrupt) {
+        py.pyodide.setInterruptBuffer(m.interrupt);
+        flushSignal = py.bufferOutput(); // the page sends it while a run goes on (ember.js)
+      }
+      postMessage({ type: "ready", versions: py.versions, timings: py.timings, flushSignal });
     } catch (e) {
       postMessage({ type: "error", message: String(e?.message ?? e) });
     }
@@ -32,11 +36,14 @@ self.onmessage = async ({ data: m }) => {
     if (!py) return postMessage({ type: "error", id: m.id, message: "ember is not booted" });
     queue = queue.then(async () => {
       current = m.id;
+      // while the run awaits, this thread is free: what it printed before shows meanwhile
+      const flusher = setInterval(() => py.flushOutput(), 50);
       try {
         postMessage({ type: "done", id: m.id, outcome: await py.run(m.code, m.opts) });
       } catch (e) {
         postMessage({ type: "error", id: m.id, message: String(e?.message ?? e) });
       } finally {
+        clearInterval(flusher);
         current = null;
       }
     });

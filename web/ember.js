@@ -65,6 +65,15 @@ function bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
   const runs = new Map();
   let nextId = 1;
   const interrupt = globalThis.crossOriginIsolated ? new Uint8Array(new SharedArrayBuffer(1)) : null;
+  // The worker's Python buffers its output (boot.js, buffer_output): every 50 ms of a run the
+  // signal that flushes it goes through the interrupt buffer (never over a pending Ctrl-C).
+  let flusher = 0;
+  const flushWhileRunning = (signal) => {
+    if (!signal || flusher) return;
+    flusher = setInterval(() => {
+      if (!runs.size) { clearInterval(flusher); flusher = 0; } else if (interrupt[0] === 0) interrupt[0] = signal;
+    }, 50);
+  };
   return new Promise((resolve, reject) => {
     const fail = (message) => {
       const error = new Error(message);
@@ -85,6 +94,7 @@ function bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
             return new Promise((res, rej) => {
               runs.set(id, { resolve: res, reject: rej, out: o, err: e });
               if (interrupt) interrupt[0] = 0;
+              flushWhileRunning(m.flushSignal);
               w.postMessage({ type: "run", id, code, opts });
             });
           },

@@ -2,6 +2,7 @@
 // top-level await. URL options: ?worker=0 runs Python on the page's thread, ?cdn=1 takes
 // Pyodide from the CDN instead of this site.
 import { loadEmber } from "../web/ember.js";
+import { outputWriter } from "../web/output.js";
 
 const $ = (id) => document.getElementById(id);
 const status = $("status"), code = $("code"), output = $("output"), run = $("run"), stop = $("stop");
@@ -12,13 +13,9 @@ function setStatus(text) {
   status.classList.toggle("error", text.startsWith("error"));
 }
 
-function append(text, cls) {
-  const span = document.createElement("span");
-  if (cls) span.className = cls;
-  span.textContent = text;
-  output.append(span);
-  output.scrollTop = output.scrollHeight;
-}
+// batched: a DOM update per frame, not per write (100,000 printed lines froze the page)
+const out = outputWriter(output);
+const append = (text, cls) => out.write(text, cls);
 
 // examples load while Python boots; the first one fills the code box
 const examples = fetch("examples.json").then((r) => r.json()).then((list) => {
@@ -76,6 +73,7 @@ async function runCode() {
     append(`${e.message}\n`, "error");
     setStatus(`error: ${e.message}`);
   } finally {
+    out.flush();
     const ms = performance.now() - t0;
     $("run-ms").textContent = `ran in ${ms.toFixed(0)} ms`;
     output.dataset.state = state;
@@ -87,7 +85,7 @@ async function runCode() {
 
 run.onclick = runCode;
 stop.onclick = async () => (await ember).interrupt();
-$("clear-output").onclick = () => { output.textContent = ""; };
+$("clear-output").onclick = () => out.clear();
 code.addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); runCode(); }
   if (e.key === "Tab" && !e.shiftKey) {
