@@ -86,10 +86,13 @@ async function runCode() {
 run.onclick = runCode;
 stop.onclick = async () => (await ember).interrupt();
 $("clear-output").onclick = () => out.clear();
+// Tab indents; Esc then Tab (or Shift+Tab) leaves the code box, so the keyboard is not trapped
+let escaped = false;
 code.addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); runCode(); }
-  if (e.key === "Tab" && !e.shiftKey) {
+  if (e.key === "Tab" && !e.shiftKey && !escaped) {
     e.preventDefault();
     code.setRangeText("    ", code.selectionStart, code.selectionEnd, "end");
   }
+  escaped = e.key === "Escape";
 });
