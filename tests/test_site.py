@@ -495,3 +495,23 @@ def test_without_mkdocs_the_book_is_left_out_and_the_landing_page_says_how(tmp_p
     assert not (tmp_path / "book").exists() and "pip install -e '.[docs]'" in notes[0]
     site.write_landing(tmp_path, {"ember": "0.1.0", "techniques": [], "book": None})
     assert "The ember book is not in this build" in (tmp_path / "index.html").read_text()
+
+
+def test_the_service_worker_precaches_the_pages_and_a_rebuild_renames_its_cache(tmp_path):
+    out = tmp_path / "site"
+    for rel in ("index.html", "playground/index.html", "web/ember.js", "book/index.html",
+                "pyscript/core.js", "pyodide/abcdef0123456789/pyodide.mjs"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(rel)
+
+    def build():
+        files = site.write_service_worker(out, ROOT, "abcdef0123456789", ["pyodide.mjs"])
+        text = (out / "sw.js").read_text()
+        assert "__EMBER_" not in text and json.dumps(files) in text
+        return files, text.split('const BUILD = "')[1][:16]
+
+    files, first = build()
+    assert files == ["./", "playground/", "web/ember.js", "pyodide/abcdef0123456789/pyodide.mjs"]
+    assert build()[1] == first  # the same build, the same cache
+    (out / "book" / "index.html").write_text("a new chapter")
+    assert build()[1] != first  # any change: a new cache (the old one goes on activate)

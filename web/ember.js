@@ -14,6 +14,7 @@
 // a running worker (needs cross-origin isolation: `ember demo` sends COOP/COEP).
 // handle.versions, handle.timings (ms since loadEmber), handle.worker, handle.close().
 import { boot, CDN_URL, fetchPackages, PYODIDE_VERSION, transferables } from "./boot.js";
+import { registerOffline } from "./offline.js";
 
 export { CDN_URL, PYODIDE_VERSION };
 // `ember site` rewrites this URL to the build's pinned runtime, ../pyodide/<tag>/ (site.py)
@@ -35,6 +36,7 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, onProgr
     ? await bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr })
     : await bootHere({ indexURL, cdn, wheel, progress, onStdout, onStderr });
   handle.timings.ready = Math.round(performance.now() - t0);
+  if (!cdn) registerOffline(); // the site's offline copy (web/offline.js)
   progress("ready", "ready");
   return handle;
 }

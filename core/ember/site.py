@@ -391,6 +391,32 @@ def add_book_script(page, root):
     page.write_text(text[:at] + BOOK_SCRIPT.format(root=root) + text[at:], encoding="utf-8")
 
 
+# ---- offline: the service worker ------------------------------------------------------------
+SW_MARKS = ('"__EMBER_BUILD__"', '["__EMBER_PRECACHE__"]')
+
+
+def write_service_worker(out, root, tag, boot_files):
+    """out/sw.js from web/service-worker.js: its cache is named after a hash of the whole build
+    (a rebuild with any change replaces the cache), and it precaches every page with its
+    scripts and styles (not the book's 3.6 MB or PyScript's, kept as they are read) plus the
+    pinned runtime files of `boot_files` (what every page boots from)."""
+    keep, h = [], hashlib.sha256(tag.encode())
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        rel = path.relative_to(out).as_posix()
+        if rel == "sw.js" or rel.startswith("pyodide/"):  # (the runtime: `tag` hashes it)
+            continue
+        h.update(f"{rel}\0{sha256(path)}\n".encode())
+        if not rel.startswith(("pyscript/", "book/")):
+            keep.append(rel[:-len("index.html")] or "./" if rel.endswith("index.html") else rel)
+    text = (Path(root) / "web" / "service-worker.js").read_text()
+    if any(text.count(m) != 1 for m in SW_MARKS):
+        raise SiteError(f"web/service-worker.js: expected one each of {SW_MARKS}")
+    files = keep + [f"pyodide/{tag}/{f}" for f in boot_files]
+    text = text.replace(SW_MARKS[0], json.dumps(h.hexdigest()[:16]))
+    (out / "sw.js").write_text(text.replace(SW_MARKS[1], json.dumps(files)))
+    return files
+
+
 LANDING = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>ember in the browser</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -533,7 +559,7 @@ def _build(out, root, fast_start, log):
 
     tag = pin_runtime(site_pyodide)
     techniques += ["the runtime pinned under a content-addressed folder, cached for good"]
-    _copytree(root / "web", out / "web", ignore=("tools", "README.md"))
+    _copytree(root / "web", out / "web", ignore=("tools", "README.md", "service-worker.js"))
     point_at_pinned(out / "web" / "ember.js", tag)
     demos = root / "demos"
     if (demos / "playground").is_dir():
@@ -557,6 +583,9 @@ def _build(out, root, fast_start, log):
             "fast_start": fast_start}
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
+    boot = [f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + [
+        packages[n]["file_name"] + ".gz" for n in with_dependencies(site_lock, BOOT_PACKAGES)]
+    write_service_worker(out, root, tag, boot)
     return info
 
 
