@@ -4,8 +4,10 @@ local server for it.
 The site is self-contained: Pyodide from npm, the Pyodide wheels of numpy & co. (taken from a
 PyPI package that carries the official files, each checked against the official lock's
 sha256), the ember wheel registered in the site's `pyodide-lock.json`, `web/` (the JS that
-boots it), the pages of `demos/` and a landing page. Downloads are cached in the checkout's
-`.cache/ember-site/` (or $EMBER_CACHE_DIR), so a rebuild is offline.
+boots it), the pages of `demos/` and of `docs/examples/`, the book (`/book/`, where MkDocs is
+installed), a service worker (`/sw.js`: offline after one visit) and a landing page.
+Downloads are cached in the checkout's `.cache/ember-site/` (or $EMBER_CACHE_DIR), so a
+rebuild is offline.
 
 Fast start: Pyodide's own CPython (run in Node at build time) compiles the stdlib zip and the
 wheels to bytecode (sourceless, unchecked-hash .pyc; ember keeps its sources beside its
@@ -424,7 +426,8 @@ LANDING = """<!doctype html>
 <style>body{{font:16px/1.5 system-ui,sans-serif;max-width:44rem;margin:2rem auto;padding:0 1rem}}
 code{{background:#f3f3f3;padding:0 .2em}}</style></head>
 <body><h1>ember in the browser</h1>
-<p>ember {version} on Pyodide {pyodide}, served from this machine: every page works offline.</p>
+<p>ember {version} on Pyodide {pyodide}, served from this machine; after one visit to a page
+that runs Python, every page works offline.</p>
 <ul id="pages">
 {items}
 </ul>
