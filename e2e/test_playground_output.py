@@ -57,3 +57,22 @@ def test_stdout_and_stderr_keep_their_order_and_styles(page):
     assert "".join(errs) == "err 0\nerr 1\nerr 2\n"
     page.click("#clear-output")
     assert page.text_content("#output") == ""
+
+
+def test_a_share_link_carries_the_code(page):
+    wait_ready(page)
+    code = "# ünïcode, quotes \" ' and +/= survive\nprint('shared', 2 ** 10)\n"
+    page.fill("#code", code)
+    page.click("#share")
+    link = page.input_value("#share-link")
+    assert link.startswith(page.base + "playground/#code=") and code not in link
+    page.goto(page.base)  # elsewhere, then the link in a fresh load
+    page.goto(link)
+    page.wait_for_function("() => document.querySelector('#status').textContent === 'ready'")
+    assert page.input_value("#code") == code
+    assert run_code(page).startswith("shared 1024\n")
+    page.goto(page.base)
+    page.goto(page.base + "playground/#code=____")  # not UTF-8: the first example, said so
+    page.wait_for_function("() => document.querySelector('#status').textContent === 'ready'")
+    assert "def gelu_custom(x):" in page.input_value("#code")
+    assert "could not be read" in page.text_content("#output")

@@ -17,7 +17,30 @@ function setStatus(text) {
 const out = outputWriter(output);
 const append = (text, cls) => out.write(text, cls);
 
-// examples load while Python boots; the first one fills the code box
+// A share link carries the code in the URL's fragment (#code=<base64url of its UTF-8>): the
+// fragment never reaches a server, and the page reads it back on load.
+function shareLink(text) {
+  const bytes = new TextEncoder().encode(text);
+  const b64 = btoa(Array.from(bytes, (b) => String.fromCharCode(b)).join(""));
+  const url = new URL(location.href);
+  url.hash = `code=${b64.replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")}`;
+  return url.href;
+}
+
+function sharedCode() {
+  const m = /^#code=([A-Za-z0-9_-]*)$/.exec(location.hash);
+  if (!m) return null;
+  try {
+    const bytes = Uint8Array.from(atob(m[1].replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    append("the link's code could not be read (a cut link?); showing the first example\n", "error");
+    return null;
+  }
+}
+
+// examples load while Python boots; the first one fills the code box, unless a link shared code
+code.value = sharedCode() ?? "";
 const examples = fetch("examples.json").then((r) => r.json()).then((list) => {
   const select = $("examples");
   for (const ex of list) select.add(new Option(ex.title, ex.name));
@@ -25,6 +48,20 @@ const examples = fetch("examples.json").then((r) => r.json()).then((list) => {
   if (!code.value) code.value = list[0]?.code ?? "";
   return list;
 }).catch((e) => append(`could not load the examples: ${e.message}\n`, "error"));
+
+$("share").onclick = async () => {
+  const link = $("share-link");
+  link.value = shareLink(code.value);
+  link.hidden = false;
+  link.select();
+  history.replaceState(null, "", link.value);
+  try {
+    await navigator.clipboard.writeText(link.value);
+    $("run-ms").textContent = "link copied";
+  } catch {
+    $("run-ms").textContent = "copy the link";
+  }
+};
 
 const ember = loadEmber({
   worker: params.get("worker") !== "0",
