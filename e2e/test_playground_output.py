@@ -76,3 +76,13 @@ def test_a_share_link_carries_the_code(page):
     page.wait_for_function("() => document.querySelector('#status').textContent === 'ready'")
     assert "def gelu_custom(x):" in page.input_value("#code")
     assert "could not be read" in page.text_content("#output")
+
+
+def test_the_webgpu_example_makes_its_backend_with_wgpu_create(page):
+    wait_ready(page)
+    page.select_option("#examples", "webgpu_backend")
+    assert "await Wgpu.create()" in page.input_value("#code")
+    out = run_code(page)
+    assert page.get_attribute("#output", "data-state") == "ok", out
+    assert "backend: Wgpu<webgpu: " in out  # SwiftShader here
+    assert "d/dw sum(w * w) = [2.0, -4.0, 6.0]" in out and "on the GPU: True" in out
