@@ -125,3 +125,23 @@ def test_native_blocks_show_why_instead_of_a_button(page):
                      "runs natively only: torch.save writes the file: no PyTorch in the page"]
     assert page.locator(".ember-run button").count() == \
         page.locator("div.language-python").count() - 2
+
+
+CHAPTERS = sorted(p.stem for p in BOOK.glob("*.md") if FENCE.search(p.read_text("utf-8")))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_block_with_a_run_button_runs_in_the_page(page, chapter):
+    """Run on a chapter's last unmarked block runs all those above it: each must end `ok`.
+    (Blocks marked `# book: native` have no button; `# book: skip` ones run on their own.)"""
+    page.goto(page.base + ("book/" if chapter == "index" else f"book/{chapter}/"))
+    codes = page.eval_on_selector_all(
+        ".ember-run", "bars => bars.map(b => b.previousElementSibling.textContent)")
+    plain = [i for i, c in enumerate(codes) if not c.startswith("# book:")]
+    if not plain:
+        pytest.skip(f"{chapter}: no unmarked block")
+    run_block(page, plain[-1])
+    states = page.eval_on_selector_all("pre.ember-output", "els => els.map(e => e.dataset.state)")
+    outputs = page.eval_on_selector_all("pre.ember-output", "els => els.map(e => e.textContent)")
+    failed = {i: outputs[i][-600:] for i in plain if states[i] != "ok"}
+    assert not failed, failed
