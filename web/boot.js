@@ -25,31 +25,8 @@ async def run(code, filename="<playground>", fresh=True, namespace=None):
             tb = tb.tb_next
         return [False, "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))]
     finally:
-        flush_output()
-
-def flush_output(*_):
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # a stream the user's code swapped in, closed
-            pass
-
-def buffer_output():
-    # stdout in 8 KB blocks, not lines: a JS call per line cost ~75 us (100,000 printed lines
-    # took 7 s); the worker's page sends SIGUSR1 every 50 ms while Python runs, a timer flushes
-    # while it awaits, and each run's end flushes. stderr flushes stdout first (their order).
-    import io, signal
-
-    class Stderr(io.TextIOWrapper):
-        def write(self, text):
-            sys.stdout.flush()
-            return super().write(text)
-
-    sys.stdout.reconfigure(line_buffering=False)
-    err = sys.stderr
-    sys.stderr = Stderr(err.buffer, encoding=err.encoding, errors=err.errors, line_buffering=True)
-    signal.signal(signal.SIGUSR1, flush_output)
-    return int(signal.SIGUSR1)
+        sys.stdout.flush()
+        sys.stderr.flush()
 `;
 
 // ---- fast install ------------------------------------------------------------------------------
@@ -263,10 +240,9 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
   progress("import", "importing ember");
   // one runPython (each call parses and compiles its code): the runner and the versions
   const loaded = pyodide.runPython(
-    `${RUNNER}\nimport ember, numpy\n(run, sys.version.split()[0], numpy.__version__, ember.__version__,` +
-    " flush_output, buffer_output)",
+    `${RUNNER}\nimport ember, numpy\n(run, sys.version.split()[0], numpy.__version__, ember.__version__)`,
     { globals: pyodide.toPy({}) });
-  const [runner, python, numpyVersion, emberVersion, flushOutput, bufferOutput] = loaded.toJs({ depth: 1 });
+  const [runner, python, numpyVersion, emberVersion] = loaded.toJs({ depth: 1 });
   loaded.destroy();
   const versions = { pyodide: pyodide.version, python, numpy: numpyVersion, ember: emberVersion };
   mark("import");
@@ -280,6 +256,5 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
     out.destroy();
     return ok ? { ok, result: value ?? null } : { ok, error: value };
   }
-  // bufferOutput() -> the signal number that flushes (for a worker whose page sends it)
-  return { pyodide, run, versions, timings, flushOutput, bufferOutput: () => bufferOutput() };
+  return { pyodide, run, versions, timings };
 }

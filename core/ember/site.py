@@ -564,6 +564,11 @@ def _build(out, root, fast_start, log):
     techniques += ["the runtime pinned under a content-addressed folder, cached for good"]
     _copytree(root / "web", out / "web", ignore=("tools", "README.md", "service-worker.js"))
     point_at_pinned(out / "web" / "ember.js", tag)
+    book = build_book(root, out / "book", log)
+    # the examples that have a page (docs/examples/*/index.html), e.g. training in the browser
+    for page in sorted((root / "docs" / "examples").glob("*/index.html")):
+        _copytree(page.parent, out / "examples" / page.parent.name.replace("_", "-"),
+                  ignore=("README.md",))
     demos = root / "demos"
     if (demos / "playground").is_dir():
         _copytree(demos / "playground", out / "playground", ignore=("examples",))
@@ -571,19 +576,15 @@ def _build(out, root, fast_start, log):
             json.dumps(playground_examples(demos / "playground" / "examples"), indent=1))
     for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
         _copytree(page, out / "demos" / page.name)
-    # the examples that have a page (docs/examples/*/index.html), e.g. training in the browser
-    for page in sorted((root / "docs" / "examples").glob("*/index.html")):
-        _copytree(page.parent, out / "examples" / page.parent.name.replace("_", "-"),
-                  ignore=("README.md",))
 
-    book = build_book(root, out / "book", log)
-    info = {"format": SITE_FORMAT, "ember": ember.__version__, "book": "book/" if book else None,
+    info = {"format": SITE_FORMAT, "ember": ember.__version__,
             "ember_wheel": f"pyodide/{wheel.name}", "pyodide": PYODIDE_VERSION,
             "pyscript": PYSCRIPT_VERSION,
             "packages": {n: {"file_name": e["file_name"], "sha256": e["sha256"],
                              "official_sha256": official.get(n)} for n, e in packages.items()},
             "pinned_runtime": f"pyodide/{tag}/", "techniques": techniques,
             "fast_start": fast_start}
+    info["book"] = "book/" if book else None
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
     boot = [f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + [
