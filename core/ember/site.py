@@ -689,6 +689,12 @@ class SiteServer(ThreadingHTTPServer):
         finally:
             self._slots.release()
 
+    def handle_error(self, request, client_address):
+        # a client that left mid-answer (a closed tab, a service worker's fetch cut short) is
+        # not an error of the server: no traceback for it
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
     def count(self, path, sent):
         with self._lock:
             self.bytes_sent += sent
