@@ -471,3 +471,47 @@ def test_connections_are_served_a_bounded_number_at_a_time(tmp_path, monkeypatch
         server.shutdown()
         server.server_close()
     assert server.answered == [("/index.html", 200)]
+
+
+def test_book_pages_get_the_run_script_relative_to_the_site_root(tmp_path):
+    page = tmp_path / "book" / "tensors" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html><body><p>x</p></body></html>")
+    site.add_book_script(page, "../../")
+    assert page.read_text() == ('<html><body><p>x</p><script type="module" '
+                                'src="../../web/book.js"></script></body></html>')
+    page.write_text("<p>no body end</p>")
+    with pytest.raises(site.SiteError, match="</body>"):
+        site.add_book_script(page, "../../")
+
+
+def test_without_mkdocs_the_book_is_left_out_and_the_landing_page_says_how(tmp_path, monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mkdocs" else real(name, *a))
+    notes = []
+    assert site.build_book(ROOT, tmp_path / "book", log=notes.append) is False
+    assert not (tmp_path / "book").exists() and "pip install -e '.[docs]'" in notes[0]
+    site.write_landing(tmp_path, {"ember": "0.1.0", "techniques": [], "book": None})
+    assert "The ember book is not in this build" in (tmp_path / "index.html").read_text()
+
+
+def test_the_service_worker_precaches_the_pages_and_a_rebuild_renames_its_cache(tmp_path):
+    out = tmp_path / "site"
+    for rel in ("index.html", "playground/index.html", "web/ember.js", "book/index.html",
+                "pyscript/core.js", "pyodide/abcdef0123456789/pyodide.mjs"):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(rel)
+
+    def build():
+        files = site.write_service_worker(out, ROOT, "abcdef0123456789", ["pyodide.mjs"])
+        text = (out / "sw.js").read_text()
+        assert "__EMBER_" not in text and json.dumps(files) in text
+        return files, text.split('const BUILD = "')[1][:16]
+
+    files, first = build()
+    assert files == ["./", "playground/", "web/ember.js", "pyodide/abcdef0123456789/pyodide.mjs"]
+    assert build()[1] == first  # the same build, the same cache
+    (out / "book" / "index.html").write_text("a new chapter")
+    assert build()[1] != first  # any change: a new cache (the old one goes on activate)

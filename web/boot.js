@@ -12,8 +12,9 @@ from pyodide.code import eval_code_async
 
 _namespaces = {}
 
-async def run(code, filename="<playground>", fresh=True):
-    ns = {"__name__": "__main__"} if fresh else _namespaces.setdefault(filename, {"__name__": "__main__"})
+async def run(code, filename="<playground>", fresh=True, namespace=None):
+    key = filename if namespace is None else namespace
+    ns = {"__name__": "__main__"} if fresh else _namespaces.setdefault(key, {"__name__": "__main__"})
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     try:
         value = await eval_code_async(code, ns, filename=filename)
@@ -266,10 +267,11 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
   const versions = { pyodide: pyodide.version, python, numpy: numpyVersion, ember: emberVersion };
   mark("import");
 
-  async function run(code, { filename = "<playground>", fresh = true } = {}) {
+  // fresh: false keeps one namespace per `namespace` (default: per filename) across runs
+  async function run(code, { filename = "<playground>", fresh = true, namespace } = {}) {
     // an `import PIL` loads the shipped pillow wheel; unknown imports fail in Python, visibly
     await pyodide.loadPackagesFromImports(code, { messageCallback: () => {}, errorCallback: stderr });
-    const out = await runner(code, filename, fresh);
+    const out = await runner(code, filename, fresh, namespace ?? undefined);
     const [ok, value] = out.toJs();
     out.destroy();
     await persist();

@@ -8,12 +8,13 @@
 //   onProgress({stage, message, ms})   stages: runtime, packages, import, ready
 //   onStdout(text), onStderr(text)     default sinks (runPython can pass its own per run)
 //
-// handle.runPython(code, {onStdout, onStderr, filename, fresh}) resolves to
+// handle.runPython(code, {onStdout, onStderr, filename, fresh, namespace}) resolves to
 //   {ok: true, result: repr-of-last-expression | null} or {ok: false, error: traceback-text};
 // it rejects only when the runtime itself failed. handle.interrupt() raises KeyboardInterrupt in
 // a running worker (needs cross-origin isolation: `ember demo` sends COOP/COEP).
 // handle.versions, handle.timings (ms since loadEmber), handle.worker, handle.close().
 import { boot, CDN_URL, fetchPackages, PYODIDE_VERSION, transferables } from "./boot.js";
+import { registerOffline } from "./offline.js";
 
 export { CDN_URL, PYODIDE_VERSION };
 // `ember site` rewrites this URL to the build's pinned runtime, ../pyodide/<tag>/ (site.py)
@@ -35,6 +36,7 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, onProgr
     ? await bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr })
     : await bootHere({ indexURL, cdn, wheel, progress, onStdout, onStderr });
   handle.timings.ready = Math.round(performance.now() - t0);
+  if (!cdn) registerOffline(); // the site's offline copy (web/offline.js)
   progress("ready", "ready");
   return handle;
 }
@@ -65,6 +67,15 @@ function bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
   const runs = new Map();
   let nextId = 1;
   const interrupt = globalThis.crossOriginIsolated ? new Uint8Array(new SharedArrayBuffer(1)) : null;
+  // The worker's Python buffers its output (boot.js, buffer_output): every 50 ms of a run the
+  // signal that flushes it goes through the interrupt buffer (never over a pending Ctrl-C).
+  let flusher = 0;
+  const flushWhileRunning = (signal) => {
+    if (!signal || flusher) return;
+    flusher = setInterval(() => {
+      if (!runs.size) { clearInterval(flusher); flusher = 0; } else if (interrupt[0] === 0) interrupt[0] = signal;
+    }, 50);
+  };
   return new Promise((resolve, reject) => {
     const fail = (message) => {
       const error = new Error(message);
@@ -85,6 +96,7 @@ function bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
             return new Promise((res, rej) => {
               runs.set(id, { resolve: res, reject: rej, out: o, err: e });
               if (interrupt) interrupt[0] = 0;
+              flushWhileRunning(m.flushSignal);
               w.postMessage({ type: "run", id, code, opts });
             });
           },

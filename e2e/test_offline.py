@@ -1,0 +1,54 @@
+"""The site works offline after one visit (web/service-worker.js, written to /sw.js by
+`ember site`; web/offline.js registers it once a page is ready): a server of its own serves the
+built site, the playground is visited once, the server is shut down, and the playground (its
+Python runs), the landing page and the browser-training page still load and reach `ready`.
+Only 127.0.0.1 is ever asked (OFFLINE_ARGS; the requests are listed)."""
+
+from urllib.parse import urlparse
+
+import pytest
+from conftest import run_code, wait_ready
+
+from ember import site
+
+
+@pytest.fixture
+def offline_page(browser, site_dir):
+    srv = site.SiteServer(site_dir).start()
+    context = browser.new_context()  # no routing: Playwright's routes bypass service workers
+    pg = context.new_page()
+    pg.set_default_timeout(120_000)
+    pg.base, pg.server, pg.urls, errors = srv.url, srv, [], []
+    pg.on("request", lambda r: pg.urls.append(r.url))
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    yield pg
+    context.close()
+    srv.shutdown()  # (again: a no-op where the test stopped it)
+    srv.server_close()
+    assert not errors, errors
+    hosts = {urlparse(u).hostname for u in pg.urls if not u.startswith(("data:", "blob:"))}
+    assert hosts <= {"127.0.0.1"}, hosts
+
+
+def test_pages_load_and_run_with_the_server_gone(offline_page):
+    pg = offline_page
+    assert wait_ready(pg) == "ready"
+    pg.wait_for_function("() => navigator.serviceWorker.controller !== null")
+    assert run_code(pg, "print(6 * 7)").startswith("42\n")
+    assert pg.evaluate("() => caches.keys()")[0].startswith("ember-")
+    pg.server.shutdown()
+    pg.server.server_close()
+    with pytest.raises(Exception):  # noqa: B017 (any network error: the server is gone)
+        pg.request.get(pg.base + "playground/", timeout=5_000)
+    pg.reload()
+    pg.wait_for_function("() => { const s = document.querySelector('#status').textContent;"
+                         " return s === 'ready' || s.startsWith('error'); }")
+    assert pg.text_content("#status") == "ready"
+    assert pg.evaluate("crossOriginIsolated")  # the cached pages keep COOP/COEP: Stop works
+    out = run_code(pg, "import ember\nprint(ember.Tensor.ones([2, 3]).sum().item())")
+    assert out.startswith("6.0\n"), out
+    assert wait_ready(pg, "playground/?worker=0") == "ready"  # a query of a cached page
+    pg.goto(pg.base)
+    links = pg.eval_on_selector_all("#pages a", "els => els.map(e => e.getAttribute('href'))")
+    assert "playground/" in links
+    assert wait_ready(pg, "examples/browser-training/") == "ready"
