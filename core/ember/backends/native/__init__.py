@@ -291,6 +291,7 @@ class Native(kernels.Kernels):
 
     def fuse(self, block):
         """An ember.fusion Block's outputs from one generated C kernel (fused.py), or None."""
+        from . import fused  # (it builds on this module: the pool, compile_library)
         return fused.fuse(block) if _ready() else None
 
 
@@ -555,6 +556,5 @@ def conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
     return sums.sum(axis=(0, 4), dtype=_F32).reshape(o, c, kh, kw)
 
 
-from . import fused  # noqa: E402  (it builds on the pool and compile_library above)
 
 __all__ = ["KERNELS", "Native", "build", "cache_dir", "compiler", "load", "status"]
