@@ -600,10 +600,8 @@ class Tensor:
         out = _apply(op, x, dims=dims)
         if keepdim:
             return out
-        shape = tuple([s for i, s in enumerate(self.shape) if i not in dims])
         # the reduced dims have size 1: dropping them is a reshape that needs no checking
-        return Tensor(_execute(out.backend, _RESHAPE, [out._prim], {"shape_to": shape}, shape,
-                               out.dtype), out.backend, shape, out.dtype)
+        return out._reshaped(tuple([s for i, s in enumerate(self.shape) if i not in dims]))
 
     def sum(self):
         """Sum of all elements, as a 0-d tensor."""
@@ -654,8 +652,11 @@ class Tensor:
         shape = S.reshape("reshape", self.shape, _dims_arg(shape))
         if shape == self.shape:
             return self._alias()
-        # resolved and checked just now, and reshape takes no donors: no need for _apply's
-        # second pass over the op's rules (a batch-1 forward runs a dozen reshapes)
+        return self._reshaped(shape)
+
+    def _reshaped(self, shape):
+        # `shape` resolved and checked by the caller, and reshape takes no donors: no need for
+        # _apply's second pass over the op's rules (a batch-1 forward runs a dozen reshapes)
         prim = _execute(self.backend, _RESHAPE, [self._prim], {"shape_to": shape}, shape,
                         self.dtype)
         return Tensor(prim, self.backend, shape, self.dtype)
