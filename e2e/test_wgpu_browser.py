@@ -78,9 +78,9 @@ def playground(site_dir, server, browser):
 
 
 def test_op_suite_passes_on_wgpu_in_the_browser(playground):
-    # Wgpu and Fusion(Wgpu) in the page's WebGPU (Autodiff over them runs the same kernels:
-    # tests/ runs that stack natively)
-    args = ["tests/ops", "-k", "wgpu and not autodiff-fusion", "-p", "no:cacheprovider", "-p",
+    # Wgpu, Fusion(Wgpu) and Autodiff(Fusion(Wgpu)) in the page's WebGPU: the gradient checks
+    # run there too, through the fused backward kernels
+    args = ["tests/ops", "-k", "wgpu", "-p", "no:cacheprovider", "-p",
             "no:faulthandler", "--capture=sys", "-W", "ignore", "--tb=short"]
     output = playground(PYTEST.format(args=args))
     assert "PYTEST_EXIT 0" in output, output[-6000:]

@@ -162,7 +162,7 @@ def _elementwise(op, a, b=_NO):
         if b is _NO:
             prims = [_take(a, op, 0)]
         elif isinstance(b, Tensor):
-            if b.dtype == dtype and b.backend is backend:
+            if b.dtype == dtype and (b.backend is backend or b.backend == backend):
                 if b.shape != shape:
                     shape = S.broadcast(op.name, shape, b.shape)
                 prims = [_take(a, op, 0), _take(b, op, 1)]
@@ -233,15 +233,24 @@ def _apply(op, x, *rest, **attrs):
     # references on every path, so no tuple or loop variable holds x at that point
     if rest:
         _backend_of(op.name, (x,) + rest)
-        shape = op.shape(x.shape, *[t.shape if isinstance(t, Tensor) else () for t in rest],
-                         **attrs)
-        dtype = op.out_dtype(x.dtype, *[t.dtype if isinstance(t, Tensor) else None
-                                        for t in rest], **attrs)
+        shapes, dtypes, others = [x.shape], [x.dtype], []
+        for t in rest:  # (a loop, not comprehensions: each of those is a call of its own)
+            if isinstance(t, Tensor):
+                shapes.append(t.shape)
+                dtypes.append(t.dtype)
+                others.append(t._prim)
+            else:
+                shapes.append(())
+                dtypes.append(None)
+                others.append(t)
+        shape = op.shape(*shapes, **attrs)
+        dtype = op.out_dtype(*dtypes, **attrs)
     else:
         shape = op.shape(x.shape, **attrs)
         dtype = op.out_dtype(x.dtype, **attrs)
+        others = ()
     prims = [_take(x, op, 0)]
-    prims += [t._prim if isinstance(t, Tensor) else t for t in rest]
+    prims += others
     try:
         prim = _execute(x.backend, op, prims, attrs, shape, dtype)
     except BaseException:

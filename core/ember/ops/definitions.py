@@ -439,8 +439,9 @@ def _matmul_rule(a, b):
         raise ShapeError(f"matmul: cannot multiply {S.fmt(a)} by {S.fmt(b)}: the last dim of the "
                          f"left ({a[-1] if a else '-'}) must equal the second-to-last of the right "
                          f"({b[-2] if len(b) > 1 else '-'})")
-    batch = S.broadcast("matmul", a[:-2], b[:-2])
-    return batch + (a[-2], b[-1])
+    if len(a) == len(b) == 2:
+        return (a[0], b[1])
+    return S.broadcast("matmul", a[:-2], b[:-2]) + (a[-2], b[-1])
 
 
 # the active kernel set's matmul: NumPy's, natively split over ember's threads, or the

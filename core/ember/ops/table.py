@@ -55,13 +55,10 @@ class Op:
     dtypes: tuple | None = None  # dtypes the op takes; None: all
     meta: dict = field(default_factory=dict)
 
-    @property
-    def native(self):
-        """The dtypes this op computes in as they are (no promotion needed)."""
-        return self._native
-
     def __post_init__(self):
-        object.__setattr__(self, "_native", frozenset(self.dtypes or DTYPES))
+        # the dtypes this op computes in as they are (no promotion needed); a plain attribute,
+        # read on every elementwise call
+        object.__setattr__(self, "native", frozenset(self.dtypes or DTYPES))
 
     def __repr__(self):
         return f"Op({self.name})"
@@ -72,7 +69,7 @@ class Op:
     def out_dtype(self, *dtypes, **attrs):
         if self.dtypes is not None:
             for d in dtypes:
-                if d is not None and d not in self.dtypes:
+                if d is not None and d not in self.native:
                     raise DTypeError(f"{self.name}: dtype {d} is not supported; "
                                      f"it takes {', '.join(self.dtypes)}")
         return self.dtype(*dtypes, **attrs)
