@@ -31,6 +31,7 @@ from .kernels import (
     elementwise_source,
     epilogue_source,
     fused_reduce_source,
+    fused_rows4_source,
     fused_rows_source,
     fused_source,
     render,
@@ -207,6 +208,7 @@ def fused(be, block):
         x.storage.gpu for x in leaves), words + scalars,
         groups_1d(n // 4, 256 * kernels.FUSED_QUADS) if entry == "flat4" else groups_1d(n),
         be.cache)
+    _submit_big(be, n)
     return outs
 
 
@@ -639,19 +641,55 @@ def fused_rows(be, block, special):
     kshape, kstr = coalesce([shape[d] for d in kept], [[st[d] for d in kept] for _, st in views])
     rshape, rstr = coalesce([shape[d] for d in dims], [[st[d] for d in dims] for _, st in views])
     dtypes = tuple(x.dtype for x in leaves)
-    key = ("fused_rows", block.key(), dtypes, row_outputs, invariant)
+    per, tpr = _rows4(n_all // n_out, views, kstr, rstr, invariant, row_outputs, len(leaves))
+    key = ("fused_rows", block.key(), dtypes, row_outputs, invariant, per)
     k = be.device.kernels.get(key)
     if k is None:
         k = compile_kernel(be.device, key, "fused_rows", lambda: (
+            fused_rows4_source(block, dtypes, special, row_outputs, invariant_nodes, invariant,
+                               per) if per else
             fused_rows_source(block, dtypes, special, row_outputs, invariant_nodes), "main",
             ("w",) * len(outs) + ("r",) * len(leaves)))
-    words = [n_out, n_all // n_out, len(kshape), len(rshape), 0, 0, 0, *kshape, *rshape]
+    words = [n_out, n_all // n_out, len(kshape), len(rshape), tpr, 0, 0, *kshape, *rshape]
     for (offset, _), ks, rs in zip(views, kstr, rstr):
         words += [offset, *ks, *rs]
     words += _scalar_words(block)
     be.device.dispatch(k, tuple(o.storage.gpu for o in outs) + tuple(
-        x.storage.gpu for x in leaves), words, groups_1d(n_out, 1), be.cache)
+        x.storage.gpu for x in leaves), words, groups_1d(n_out, 256 // tpr if per else 1), be.cache)
+    _submit_big(be, n_all)
     return outs
+
+
+# invocations a vec4 row kernel gives a row at most (its workgroup has 256), and the vec4s
+# each holds at most (in registers)
+ROW_THREADS, ROW_QUADS = 256, 8
+
+
+def _rows4(n, views, kstr, rstr, invariant, row_outputs, nt):
+    """(vec4s an invocation holds, invocations a row) for fused_rows4 over rows of n elements,
+    or (None, 1) for the scalar fused_rows: every view read or written along the row (the
+    leaves not in `invariant`, the outputs not in `row_outputs`) must walk one reduced dim
+    densely from 16-byte aligned starts."""
+    along = [v for v in range(len(views)) if (v not in invariant if v < nt
+                                               else v - nt not in row_outputs)]
+    if n % 4 or len(rstr[0]) != 1 or any(
+            rstr[v][0] != 1 or views[v][0] % 4 or any(s % 4 for s in kstr[v]) for v in along):
+        return None, 1
+    n4 = n // 4
+    tpr = min(ROW_THREADS, 1 << max(0, (-(-n4 // 4) - 1).bit_length()))
+    per = 1 << max(0, (-(-n4 // tpr) - 1).bit_length())
+    return (per, tpr) if per <= ROW_QUADS else (None, 1)
+
+
+# elements from which a fused kernel's batch is submitted at once: the GPU starts on it while
+# Python records what follows (a kernel this size takes tens of microseconds on any GPU, more
+# than a submission costs)
+_SUBMIT_AT = 1 << 24
+
+
+def _submit_big(be, n):
+    if n >= _SUBMIT_AT:
+        be.device.flush()
 
 
 # ---- matmul -------------------------------------------------------------------------------------
