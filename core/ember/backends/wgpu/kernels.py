@@ -376,11 +376,12 @@ def fused_source(block, leaf_dtypes, entry, nan_scalars=None):
         # FUSED_QUADS vec4s an invocation, 256 apart (neighbours read neighbouring vec4s): all
         # loads first (clamped to the last vec4: no branch), then the chain and the stores
         per = FUSED_QUADS
-        quads, lanes = [], []
+        quads = [f"let o{t} = info[{5 + 2 * t}] / 4;" for t in range(nt)]
+        lanes = []
         for u in range(per):
             quads.append(f"let i{u} = base + {256 * u};")
             quads.append(f"let j{u} = min(i{u}, n4 - 1);")
-            quads += [f"let q{t}_{u} = in{t}[info[{5 + 2 * t}] / 4 + j{u}];" for t in range(nt)]
+            quads += [f"let q{t}_{u} = in{t}[o{t} + j{u}];" for t in range(nt)]
         body_vec = [f"var res{o}: vec4<{STORAGE[dtypes[j]]}>;"
                     for o, j in enumerate(block.outputs)]
         for u in range(per):
