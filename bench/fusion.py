@@ -192,6 +192,43 @@ def _queued_host(fn, sync, calls=20, repeat=5):
     return statistics.median(times), statistics.median(host)
 
 
+def _alone(inner, fn, calls=20, repeat=100):
+    """(GPU seconds of the kernels one call of fn launches, with no Python between them: its
+    dispatches recorded once, then dispatched `repeat` times more, submitted 10 at a time;
+    host seconds a call, with no wait for the GPU): where a call's time goes."""
+    dev = inner.device
+    seen, dispatch = [], dev.dispatch
+    dev.dispatch = lambda *a: (seen.append(a), dispatch(*a))[1]
+    try:
+        out = fn()  # (held: the re-dispatches write its buffers)
+        inner.sync()
+    finally:
+        del dev.dispatch
+    gpu = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for r in range(repeat):
+            for a in seen:
+                dispatch(*a)
+            if r % 10 == 9:
+                dev.flush()  # (the GPU runs these while the next ones are recorded)
+        inner.sync()
+        gpu.append((time.perf_counter() - t0) / repeat)
+    del out
+    dev.max_in_flight = 1 << 30  # (no wait for the GPU inside the calls)
+    try:
+        fn()
+        inner.sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host = (time.perf_counter() - t0) / calls
+        inner.sync()
+    finally:
+        del dev.max_in_flight
+    return min(gpu), host
+
+
 def _row(name, seconds, ref, bytes_moved=None, host=None):
     bw = f" {bytes_moved / seconds / 1e12:5.2f} TB/s" if bytes_moved else ""
     spent = f"  (host {host * 1e3:6.3f} ms)" if host is not None else ""
@@ -241,6 +278,9 @@ def _gpu_gelu(inner, fused, n, repeat):
         print(f"  {name:16s} synced {each * 1e3:7.3f} ms {8 * n / each / 1e12:5.2f} TB/s | "
               f"queued {queued * 1e3:7.3f} ms {8 * n / queued / 1e12:5.2f} TB/s "
               f"(host {host * 1e3:6.3f} ms)")
+    gpu, host = _alone(inner, cases["Fusion(Wgpu())"][0], repeat=20)
+    print(f"  Fusion(Wgpu()): its kernel alone {gpu * 1e3:7.3f} ms {8 * n / gpu / 1e12:5.2f} TB/s;"
+          f" its host time a call {host * 1e3:7.3f} ms")
     f, w, g = times["Fusion(Wgpu())"], times["Wgpu()"], times["torch F.gelu"]
     print(f"  queued: Fusion vs unfused Wgpu {w / f:.2f}x faster; vs F.gelu {g / f:.2f}x its "
           "speed")
@@ -297,6 +337,9 @@ def _gpu_norms(inner, fused, rows, cols):
             _row(f"torch {name}", theirs, theirs, moved)
             seconds, host = _queued_host(ours, inner.sync)
             _row(f"Fusion(Wgpu()) {name}", seconds, theirs, moved, host)
+            gpu, host = _alone(inner, ours)
+            _row("  its kernel alone (GPU)", gpu, theirs, moved)
+            print(f"  {'  its host time a call (Python)':34s} {host * 1e3:8.3f} ms")
             _row(f"Wgpu() {name}", _queued(unfused, inner.sync), theirs, moved)
 
 

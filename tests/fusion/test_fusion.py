@@ -460,12 +460,12 @@ def test_row_kernels_keep_nan_and_int_sums_and_write_held_statistics():
 
 
 @pytest.mark.parametrize("shape, vec", [
-    ((3, 4096), True),    # 256 invocations a row, 4 vec4s each
-    ((2, 8192), True),    # 8 vec4s each
-    ((300, 64), True),    # 64 rows a workgroup, the last workgroup part empty
-    ((37, 12), True),     # 3 vec4s a row: one invocation a row, 256 rows a workgroup
-    ((2, 10000), False),  # more than the registers hold: the scalar row kernel
-    ((5, 30), False),     # not a multiple of 4
+    ((3, 4096), True),     # 256 invocations a row, 4 vec4s each
+    ((128, 8192), True),   # 8 vec4s each (fewer rows this long: chunked reductions on a GPU)
+    ((300, 64), True),     # 64 rows a workgroup, the last workgroup part empty
+    ((37, 12), True),      # 3 vec4s a row: one invocation a row, 256 rows a workgroup
+    ((128, 8200), False),  # more than the registers hold: the scalar row kernel
+    ((5, 30), False),      # not a multiple of 4
 ])
 def test_vec4_row_kernels_over_row_lengths_and_their_fallbacks(monkeypatch, shape, vec):
     from ember.backends.wgpu import runners

@@ -567,10 +567,11 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
     chunks += [f"let j{k} = {k} * i32(tpr) + i32(loc);" for k in range(per)]
     hoisted, loaded = set(), set()
 
-    def split(nodes, leaves):
+    def split(nodes, leaves, last=False):
         """(statements before the pass: the row's invariant nodes not computed yet and the
-        leaves they or the pass read once a row, then the loads of the leaves not cached yet;
-        the leaves read per lane; the statements per lane)."""
+        leaves they or the pass read once a row, then, but in the last pass, the loads of the
+        leaves not cached yet; the leaves read per lane; the statements per lane; the leaves
+        the last pass loads chunk by chunk, held no longer)."""
         pre = [k for k in nodes if (k in invariant or k in values) and k not in hoisted]
         once = {i[1] for k in pre if k not in values for i in block.nodes[k].inputs
                 if type(i) is tuple and i[0] == "leaf"} | {t for t in leaves if not wide[t]}
@@ -580,12 +581,12 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
         loaded.update(once, fresh)
         before = [_load(t, leaf_dtypes[t], f"kb{t}") for t in once]
         before += [line for k in pre for line in body[k]]
-        for k in range(per):
+        for k in range(0 if last else per):
             before += [f"var q{t}_{k}: vec4<{STORAGE[leaf_dtypes[t]]}>;" for t in fresh]
             before += [f"if (j{k} < n4) {{"] + [f"    q{t}_{k} = in{t}[b{t} + j{k}];"
                                                  for t in fresh] + ["}"]
         inner = [line for k in nodes if k not in hoisted for line in body[k]]
-        return before, [t for t in leaves if wide[t]], inner
+        return before, [t for t in leaves if wide[t]], inner, fresh
 
     def lanes(k, walked, inner, tail):
         """Chunk k's lanes: the leaves' lane values, `inner`, then tail(lane)."""
@@ -607,7 +608,7 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
         value = f"r{src[1]}" if src[0] == "node" else f"v{src[1]}"
         shared.append(f"var<workgroup> part{p}: array<{t}, 256>;")
         shared.append(f"fn combine{p}(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}")
-        before, walked, inner = split(nodes, leaves)
+        before, walked, inner, _ = split(nodes, leaves)
         passes += before + ["{", f"    var acc = {init};"]
         step = [f"acc = combine{p}(acc, {value});"]
         for k in range(per):
@@ -619,7 +620,7 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
                    "    }", "    workgroupBarrier();", "}", f"let red{p} = part{p}[lid - loc];"]
         done.add(j)
     nodes, leaves = _needs(block, block.outputs, stop=done)
-    before, walked, inner = split(nodes, leaves)
+    before, walked, inner, fresh = split(nodes, leaves, last=True)
 
     def stored(j):
         return f"select(0u, 1u, r{j})" if dtypes[j] == "bool" else f"r{j}"
@@ -633,7 +634,7 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
                     f"    out{o}[kb{nt + o}] = {stored(block.outputs[o])};"
                     for o in row_outputs] + ["}"]
             return lines
-        last += [f"if (j{k} < n4) {{"]
+        last += [f"if (j{k} < n4) {{"] + [f"    let q{t}_{k} = in{t}[b{t} + j{k}];" for t in fresh]
         last += [f"    var res{o}: vec4<{STORAGE[dtypes[block.outputs[o]]]}>;" for o in full]
         last += ["    " + line for line in lanes(k, walked, inner, tail)]
         last += [f"    out{o}[b{nt + o} + j{k}] = res{o};" for o in full] + ["}"]

@@ -143,12 +143,11 @@ def _scalar_words(block):
     of its node's first tensor operand (as the generated kernel reads them)."""
     words = []
     for node in block.nodes:
-        typed = None
-        for i in node.inputs:
-            if type(i) is tuple:
-                typed = typed or (block.leaves[i[1]].dtype if i[0] == "leaf"
-                                  else block.nodes[i[1]].dtype)
-        words += [_bits(i, typed) for i in node.inputs if type(i) is not tuple]
+        scalars = [i for i in node.inputs if type(i) is not tuple]
+        if scalars:
+            k, t = next(i for i in node.inputs if type(i) is tuple)
+            typed = block.leaves[t].dtype if k == "leaf" else block.nodes[t].dtype
+            words += [_bits(v, typed) for v in scalars]
     return words
 
 
