@@ -359,6 +359,8 @@ if __name__ == "__main__":
                         help="vec4s a fused elementwise invocation computes (tuning)")
     parser.add_argument("--row-threads", type=int, default=None,
                         help="invocations a vec4 row kernel gives a row at most (tuning)")
+    parser.add_argument("--row-quads", type=int, default=None,
+                        help="vec4s a row kernel's invocation holds at most, 0: loops (tuning)")
     args = parser.parse_args()
     if args.cpu:
         cpu(args.elements or 1 << 22)
@@ -366,8 +368,10 @@ if __name__ == "__main__":
         if args.quads:
             from ember.backends.wgpu import kernels
             kernels.FUSED_QUADS = args.quads
+        from ember.backends.wgpu import runners
         if args.row_threads:
-            from ember.backends.wgpu import runners
             runners.ROW_THREADS = args.row_threads
+        if args.row_quads is not None:
+            runners.ROW_QUADS = args.row_quads
         gpu(args.elements or 1 << 28, rows=args.rows, cols=args.cols, size=args.size,
             only=args.only)

@@ -464,11 +464,13 @@ def test_row_kernels_keep_nan_and_int_sums_and_write_held_statistics():
     ((128, 8192), True),   # 8 vec4s each (fewer rows this long: chunked reductions on a GPU)
     ((300, 64), True),     # 64 rows a workgroup, the last workgroup part empty
     ((37, 12), True),      # 3 vec4s a row: one invocation a row, 256 rows a workgroup
-    ((128, 8200), False),  # more than the registers hold: the scalar row kernel
-    ((5, 30), False),      # not a multiple of 4
+    ((128, 8200), True),   # more than the registers hold: a loop over the row's vec4s
+    ((5, 30), False),      # not a multiple of 4: the scalar row kernel
 ])
-def test_vec4_row_kernels_over_row_lengths_and_their_fallbacks(monkeypatch, shape, vec):
+@pytest.mark.parametrize("held", [8, 0])  # vec4s an invocation holds at most (0: loops)
+def test_vec4_row_kernels_over_row_lengths_and_their_fallbacks(monkeypatch, shape, vec, held):
     from ember.backends.wgpu import runners
+    monkeypatch.setattr(runners, "ROW_QUADS", held)
     chosen = []
     original = runners._rows4
     monkeypatch.setattr(runners, "_rows4", lambda *a: chosen.append(original(*a)) or chosen[-1])

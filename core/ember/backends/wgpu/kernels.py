@@ -544,8 +544,9 @@ def fused_rows_source(block, leaf_dtypes, special, row_outputs, invariant):
 
 def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_leaves, per):
     """fused_rows_source's vec4 form (fused_rows4.wgsl): the leaves not in `inv_leaves` (those
-    constant along a row, read once a row) are loaded as `per` vec4s an invocation, once, and
-    kept for every pass; each pass runs the chain per lane."""
+    constant along a row, read once a row) are read as vec4s, `per` of them an invocation,
+    once, and kept for every pass; or, with per 0, a loop over the row's vec4s in each pass
+    (rows of any length, read again from the cache). Each pass runs the chain per lane."""
     nt, no = len(leaf_dtypes), len(block.outputs)
     values = {j: f"red{p}" for p, j in enumerate(special)}
     scalars, body, dtypes = _chain_body(block, leaf_dtypes, values)
@@ -569,16 +570,16 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
 
     def split(nodes, leaves, last=False):
         """(statements before the pass: the row's invariant nodes not computed yet and the
-        leaves they or the pass read once a row, then, but in the last pass, the loads of the
-        leaves not cached yet; the leaves read per lane; the statements per lane; the leaves
-        the last pass loads chunk by chunk, held no longer)."""
+        leaves they or the pass read once a row, then the loads of the leaves kept from now
+        on; the leaves read per lane; the statements per lane; the leaves the pass loads
+        chunk by chunk and holds no longer: in the last pass, or in every pass with per 0)."""
         pre = [k for k in nodes if (k in invariant or k in values) and k not in hoisted]
         once = {i[1] for k in pre if k not in values for i in block.nodes[k].inputs
                 if type(i) is tuple and i[0] == "leaf"} | {t for t in leaves if not wide[t]}
         once = sorted(once - loaded)
         fresh = [t for t in leaves if wide[t] and t not in loaded]
         hoisted.update(pre)
-        loaded.update(once, fresh)
+        loaded.update(once, fresh if per and not last else ())
         before = [_load(t, leaf_dtypes[t], f"kb{t}") for t in once]
         before += [line for k in pre for line in body[k]]
         for k in range(0 if last else per):
@@ -586,7 +587,7 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
             before += [f"if (j{k} < n4) {{"] + [f"    q{t}_{k} = in{t}[b{t} + j{k}];"
                                                  for t in fresh] + ["}"]
         inner = [line for k in nodes if k not in hoisted for line in body[k]]
-        return before, [t for t in leaves if wide[t]], inner, fresh
+        return before, [t for t in leaves if wide[t]], inner, fresh if last or not per else []
 
     def lanes(k, walked, inner, tail):
         """Chunk k's lanes: the leaves' lane values, `inner`, then tail(lane)."""
@@ -595,6 +596,17 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
             got = [f"let v{t} = " + (f"(q{t}_{k}.{lane} != 0u);" if leaf_dtypes[t] == "bool"
                                      else f"q{t}_{k}.{lane};") for t in walked]
             out += ["{"] + ["    " + line for line in got + inner + tail(lane)] + ["}"]
+        return out
+
+    def each_chunk(fresh, code):
+        """code(k) (lines) in each chunk of the invocation's vec4s, with `fresh` loaded."""
+        heads = ([(k, f"if (j{k} < n4) {{") for k in range(per)] if per else
+                 [("j", "for (var jj = i32(loc); jj < n4; jj += i32(tpr)) {")])
+        out = []
+        for k, head in heads:
+            at = f"j{k}" if per else "jj"
+            out += [head] + [f"    let q{t}_{k} = in{t}[b{t} + {at}];" for t in fresh]
+            out += ["    " + line for line in code(k, at)] + ["}"]
         return out
 
     passes, shared, done = [], [], set()
@@ -608,12 +620,13 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
         value = f"r{src[1]}" if src[0] == "node" else f"v{src[1]}"
         shared.append(f"var<workgroup> part{p}: array<{t}, 256>;")
         shared.append(f"fn combine{p}(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}")
-        before, walked, inner, _ = split(nodes, leaves)
-        passes += before + ["{", f"    var acc = {init};"]
+        before, walked, inner, fresh = split(nodes, leaves)
         step = [f"acc = combine{p}(acc, {value});"]
-        for k in range(per):
-            passes += [f"    if (j{k} < n4) {{"] + ["        " + line for line in lanes(
-                k, walked, inner, lambda lane, step=step: step)] + ["    }"]
+
+        def reduced(k, at, walked=walked, inner=inner, step=step):
+            return lanes(k, walked, inner, lambda lane: step)
+        passes += before + ["{", f"    var acc = {init};"]
+        passes += ["    " + line for line in each_chunk(fresh, reduced)]
         passes += [f"    part{p}[lid] = acc;", "}", "workgroupBarrier();",
                    "for (var s = tpr / 2u; s > 0u; s >>= 1u) {", "    if (loc < s) {",
                    f"        part{p}[lid] = combine{p}(part{p}[lid], part{p}[lid + s]);",
@@ -625,23 +638,22 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
     def stored(j):
         return f"select(0u, 1u, r{j})" if dtypes[j] == "bool" else f"r{j}"
     full = [o for o in range(no) if o not in row_outputs]
-    last = before
-    for k in range(per if full else 1):
-        def tail(lane, k=k):
+
+    def last(k, at):
+        def tail(lane):
             lines = [f"res{o}.{lane} = {stored(block.outputs[o])};" for o in full]
-            if k == 0 and lane == "x" and row_outputs:
-                lines += ["if (loc == 0u) {"] + [
+            if row_outputs and lane == "x" and k in (0, "j"):  # the row's first element
+                lines += [f"if ({at} == 0) {{"] + [
                     f"    out{o}[kb{nt + o}] = {stored(block.outputs[o])};"
                     for o in row_outputs] + ["}"]
             return lines
-        last += [f"if (j{k} < n4) {{"] + [f"    let q{t}_{k} = in{t}[b{t} + j{k}];" for t in fresh]
-        last += [f"    var res{o}: vec4<{STORAGE[dtypes[block.outputs[o]]]}>;" for o in full]
-        last += ["    " + line for line in lanes(k, walked, inner, tail)]
-        last += [f"    out{o}[b{nt + o} + j{k}] = res{o};" for o in full] + ["}"]
+        code = [f"var res{o}: vec4<{STORAGE[dtypes[block.outputs[o]]]}>;" for o in full]
+        return code + lanes(k, walked, inner, tail) + [f"out{o}[b{nt + o} + {at}] = res{o};"
+                                                       for o in full]
     return render("fused_rows4.wgsl", OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings),
                   NT=nt + no, SHARED="\n".join(shared), KEPT="\n    ".join(kept),
                   SCALARS="\n    ".join(scalars), CHUNKS="\n    ".join(chunks),
-                  PASSES="\n    ".join(passes + last))
+                  PASSES="\n    ".join(passes + before + each_chunk(fresh, last)))
 
 
 def epilogue_source(block, leaf_dtypes, leaf_ids, producer, vec, t):

@@ -612,7 +612,7 @@ def fused_rows(be, block, special):
     # what the plan depends on (never a tensor: the cache must not keep buffers alive)
     layout = (block.key(), tuple(n.shape for n in block.nodes),
               tuple((x.shape, x.strides, x.offset, x.dtype) for x in block.leaves),
-              be.device.bridge.is_cpu, ROW_THREADS)
+              be.device.bridge.is_cpu, ROW_THREADS, ROW_QUADS)
     plan = _ROW_PLANS.get(layout, False)
     if plan is False:
         if len(_ROW_PLANS) >= 4096:
@@ -626,7 +626,7 @@ def fused_rows(be, block, special):
         dtypes = key[2]
         k = compile_kernel(be.device, key, "fused_rows", lambda: (
             fused_rows4_source(block, dtypes, special, row_outputs, invariant_nodes, invariant,
-                               per) if per else
+                               per) if per is not None else
             fused_rows_source(block, dtypes, special, row_outputs, invariant_nodes), "main",
             ("w",) * len(outs) + ("r",) * len(dtypes)))
     outs = [be.empty(s, dt) for s, dt in outs]
@@ -682,19 +682,20 @@ def _rows_plan(block, special, on_cpu):
         words += [offset, *ks, *rs]
     return (key, (row_outputs, invariant_nodes, invariant, per),
             [(s, nodes[j].dtype) for s, j in zip(out_shapes, block.outputs)], words,
-            _even_groups(n_out, 256 // tpr if per else 1), n_all)
+            _even_groups(n_out, 256 // tpr if per is not None else 1), n_all)
 
 
 # invocations a vec4 row kernel gives a row at most (its workgroup has 256), and the vec4s
-# each holds at most (in registers)
+# each holds at most (in registers; a longer row, or any with 0, loops over its vec4s in each
+# pass instead)
 ROW_THREADS, ROW_QUADS = 256, 8
 
 
 def _rows4(n, views, kstr, rstr, invariant, row_outputs, nt):
-    """(vec4s an invocation holds, invocations a row) for fused_rows4 over rows of n elements,
-    or (None, 1) for the scalar fused_rows: every view read or written along the row (the
-    leaves not in `invariant`, the outputs not in `row_outputs`) must walk one reduced dim
-    densely from 16-byte aligned starts."""
+    """(vec4s an invocation holds, or 0 for the loop form, invocations a row) for fused_rows4
+    over rows of n elements, or (None, 1) for the scalar fused_rows: every view read or
+    written along the row (the leaves not in `invariant`, the outputs not in `row_outputs`)
+    must walk one reduced dim densely from 16-byte aligned starts."""
     along = [v for v in range(len(views)) if (v not in invariant if v < nt
                                                else v - nt not in row_outputs)]
     if n % 4 or len(rstr[0]) != 1 or any(
@@ -703,7 +704,7 @@ def _rows4(n, views, kstr, rstr, invariant, row_outputs, nt):
     n4 = n // 4
     tpr = min(ROW_THREADS, 1 << max(0, (-(-n4 // 4) - 1).bit_length()))
     per = 1 << max(0, (-(-n4 // tpr) - 1).bit_length())
-    return (per, tpr) if per <= ROW_QUADS else (None, 1)
+    return (per if per <= ROW_QUADS else 0), tpr
 
 
 # elements from which a fused kernel's batch is submitted at once: the GPU starts on it while
