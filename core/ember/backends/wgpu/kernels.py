@@ -346,7 +346,8 @@ def _needs(block, roots, stop=()):
 
 
 # vec4s a fused flat4 invocation computes: on the H200 gelu_custom over 256M float32 ran 0.756 ms
-# with 1, 0.724 with 2, 0.649 with 4 (`bench/fusion.py --gpu --only gelu --quads N`)
+# with 1, 0.724 with 2, 0.649 with 4 (`bench/fusion.py --gpu --only gelu --quads N`); later,
+# with even grids and a submission a call, 0.609 with 4 and 0.610 with 8
 FUSED_QUADS = 4
 
 
