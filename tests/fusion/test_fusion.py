@@ -499,3 +499,24 @@ def test_vec4_row_kernels_over_row_lengths_and_their_fallbacks(monkeypatch, shap
         e = np.exp(a[:, 1:-3] - a[:, 1:-3].max(1, keepdims=True))
         np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
         assert [c[0] for c in chosen] == [None]
+
+
+def test_gradients_through_vec4_row_kernels_match_unfused(monkeypatch):
+    from ember.backends.wgpu import runners
+    chosen = []
+    original = runners._rows4
+    monkeypatch.setattr(runners, "_rows4", lambda *a: chosen.append(original(*a)) or chosen[-1])
+
+    def fn(a, w, b, c):  # layer_norm with weight and bias, softmax, log_softmax: 4 rows a group
+        h = _layer_norm(a) * w + b
+        return ((h.softmax(1) + h.log_softmax(1)) * c).sum()
+    arrays = [_rand(s, seed) for seed, s in enumerate([(40, 256), (256,), (256,), (40, 256)])]
+    ref = [_t(a, Autodiff(NdArray())).require_grad() for a in arrays]
+    grads = fn(*ref).backward()
+    want = [x.grad(grads).to_numpy() for x in ref]
+    B = Autodiff(Fusion(_wgpu()))
+    xs = [_t(a, B).require_grad() for a in arrays]
+    grads = fn(*xs).backward()
+    for x, w in zip(xs, want):
+        np.testing.assert_allclose(x.grad(grads).to_numpy(), w, rtol=1e-4, atol=1e-4)
+    assert chosen and all(c[0] == 4 for c in chosen), chosen
