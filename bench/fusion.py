@@ -7,8 +7,9 @@ seed's gelu_custom (five elementwise ops) as one generated kernel.
                                      # kernel, backends/native/fused.py) and NumPy, best of 7
     python bench/fusion.py --gpu     # the GPU run against PyTorch (CUDA): gelu_custom on 256M
                                      # float32 (TB/s of Fusion(Wgpu()), Wgpu(), F.gelu), relu(x @
-                                     # w + b) at 4096 against the bare matmul, LayerNorm and
-                                     # softmax over [8192, 4096] against torch's
+                                     # w + b) at 4096 against the bare matmul, LayerNorm,
+                                     # softmax and log_softmax over [8192, 4096] against
+                                     # torch's (host: the time a call until the last returned)
 
 Effective bandwidth counts what the function must move: its input read once and its result
 written once (8 bytes an element), whatever the kernels move in between. Every timing ends
@@ -173,21 +174,65 @@ def _median_time(fn, repeat):
 def _queued(fn, sync, calls=20, repeat=5):
     """Seconds a call with `calls` calls queued before one sync: the kernels' throughput, with
     the read-back that ends a sync paid once (each result freed at once, as in a model)."""
+    return _queued_host(fn, sync, calls, repeat)[0]
+
+
+def _queued_host(fn, sync, calls=20, repeat=5):
+    """(_queued's seconds, the host's share: seconds a call until the last call returned)."""
     fn()
     sync()
-    times = []
+    times, host = [], []
     for _ in range(repeat):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
+        host.append((time.perf_counter() - t0) / calls)
         sync()
         times.append((time.perf_counter() - t0) / calls)
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(host)
 
 
-def _row(name, seconds, ref, bytes_moved=None):
+def _alone(inner, fn, calls=20, repeat=100):
+    """(GPU seconds of the kernels one call of fn launches, with no Python between them: its
+    dispatches recorded once, then dispatched `repeat` times more, submitted 10 at a time;
+    host seconds a call, with no wait for the GPU): where a call's time goes."""
+    dev = inner.device
+    seen, dispatch = [], dev.dispatch
+    dev.dispatch = lambda *a: (seen.append(a), dispatch(*a))[1]
+    try:
+        out = fn()  # (held: the re-dispatches write its buffers)
+        inner.sync()
+    finally:
+        del dev.dispatch
+    gpu = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for r in range(repeat):
+            for a in seen:
+                dispatch(*a)
+            if r % 10 == 9:
+                dev.flush()  # (the GPU runs these while the next ones are recorded)
+        inner.sync()
+        gpu.append((time.perf_counter() - t0) / repeat)
+    del out
+    dev.max_in_flight = 1 << 30  # (no wait for the GPU inside the calls)
+    try:
+        fn()
+        inner.sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host = (time.perf_counter() - t0) / calls
+        inner.sync()
+    finally:
+        del dev.max_in_flight
+    return min(gpu), host
+
+
+def _row(name, seconds, ref, bytes_moved=None, host=None):
     bw = f" {bytes_moved / seconds / 1e12:5.2f} TB/s" if bytes_moved else ""
-    print(f"  {name:34s} {seconds * 1e3:8.3f} ms{bw}  {ref / seconds:5.2f}x")
+    spent = f"  (host {host * 1e3:6.3f} ms)" if host is not None else ""
+    print(f"  {name:34s} {seconds * 1e3:8.3f} ms{bw}  {ref / seconds:5.2f}x{spent}")
 
 
 def gpu(n=1 << 28, repeat=20, rows=8192, cols=4096, size=4096, only=None):
@@ -229,9 +274,13 @@ def _gpu_gelu(inner, fused, n, repeat):
     times = {}
     for name, (fn, sync) in cases.items():
         each = _median_time(lambda fn=fn, sync=sync: (fn(), sync()), repeat)
-        times[name] = queued = _queued(fn, sync)
+        times[name], host = queued, _ = _queued_host(fn, sync)
         print(f"  {name:16s} synced {each * 1e3:7.3f} ms {8 * n / each / 1e12:5.2f} TB/s | "
-              f"queued {queued * 1e3:7.3f} ms {8 * n / queued / 1e12:5.2f} TB/s")
+              f"queued {queued * 1e3:7.3f} ms {8 * n / queued / 1e12:5.2f} TB/s "
+              f"(host {host * 1e3:6.3f} ms)")
+    gpu, host = _alone(inner, cases["Fusion(Wgpu())"][0], repeat=20)
+    print(f"  Fusion(Wgpu()): its kernel alone {gpu * 1e3:7.3f} ms {8 * n / gpu / 1e12:5.2f} TB/s;"
+          f" its host time a call {host * 1e3:7.3f} ms")
     f, w, g = times["Fusion(Wgpu())"], times["Wgpu()"], times["torch F.gelu"]
     print(f"  queued: Fusion vs unfused Wgpu {w / f:.2f}x faster; vs F.gelu {g / f:.2f}x its "
           "speed")
@@ -269,10 +318,11 @@ def _gpu_norms(inner, fused, rows, cols):
     tx = torch.from_numpy(data).cuda()
     norm, norm_f = nn.LayerNorm(cols, backend=inner), nn.LayerNorm(cols, backend=fused)
     tnorm = torch.nn.LayerNorm(cols).cuda()
-    np.testing.assert_allclose(norm_f(Xf).to_numpy()[:8], norm(X).to_numpy()[:8], rtol=1e-4,
-                               atol=1e-4)
-    np.testing.assert_allclose(Xf.softmax(-1).to_numpy()[:8], X.softmax(-1).to_numpy()[:8],
-                               rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(norm_f(Xf).to_numpy(), norm(X).to_numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(Xf.softmax(-1).to_numpy(), X.softmax(-1).to_numpy(), rtol=1e-4,
+                               atol=1e-7)
+    np.testing.assert_allclose(Xf.log_softmax(-1).to_numpy(), X.log_softmax(-1).to_numpy(),
+                               rtol=1e-4, atol=1e-4)
     print(f"over [{rows}, {cols}] float32 (ratio: torch's time over the row's; effective "
           "bandwidth counts 8 bytes an element):")
     with torch.no_grad():
@@ -280,10 +330,16 @@ def _gpu_norms(inner, fused, rows, cols):
                 ("LayerNorm", lambda: fused.realize(norm_f(Xf)._prim), lambda: norm(X),
                  lambda: tnorm(tx)),
                 ("softmax", lambda: fused.realize(Xf.softmax(-1)._prim), lambda: X.softmax(-1),
-                 lambda: torch.softmax(tx, -1))):
+                 lambda: torch.softmax(tx, -1)),
+                ("log_softmax", lambda: fused.realize(Xf.log_softmax(-1)._prim),
+                 lambda: X.log_softmax(-1), lambda: torch.log_softmax(tx, -1))):
             theirs = _queued(ref, cuda)
             _row(f"torch {name}", theirs, theirs, moved)
-            _row(f"Fusion(Wgpu()) {name}", _queued(ours, inner.sync), theirs, moved)
+            seconds, host = _queued_host(ours, inner.sync)
+            _row(f"Fusion(Wgpu()) {name}", seconds, theirs, moved, host)
+            gpu, host = _alone(inner, ours)
+            _row("  its kernel alone (GPU)", gpu, theirs, moved)
+            print(f"  {'  its host time a call (Python)':34s} {host * 1e3:8.3f} ms")
             _row(f"Wgpu() {name}", _queued(unfused, inner.sync), theirs, moved)
 
 
@@ -301,6 +357,10 @@ if __name__ == "__main__":
                         help="one part of the GPU run")
     parser.add_argument("--quads", type=int, default=None,
                         help="vec4s a fused elementwise invocation computes (tuning)")
+    parser.add_argument("--row-threads", type=int, default=None,
+                        help="invocations a vec4 row kernel gives a row at most (tuning)")
+    parser.add_argument("--row-quads", type=int, default=None,
+                        help="vec4s a row kernel's invocation holds at most, 0: loops (tuning)")
     args = parser.parse_args()
     if args.cpu:
         cpu(args.elements or 1 << 22)
@@ -308,5 +368,10 @@ if __name__ == "__main__":
         if args.quads:
             from ember.backends.wgpu import kernels
             kernels.FUSED_QUADS = args.quads
+        from ember.backends.wgpu import runners
+        if args.row_threads:
+            runners.ROW_THREADS = args.row_threads
+        if args.row_quads is not None:
+            runners.ROW_QUADS = args.row_quads
         gpu(args.elements or 1 << 28, rows=args.rows, cols=args.cols, size=args.size,
             only=args.only)

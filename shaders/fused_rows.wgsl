@@ -4,7 +4,8 @@
 // the kept dims): one pass over the row per reduction, each computing the reduction's input
 // from the tensor operands in registers and reducing it across the workgroup, then a last
 // pass that computes and writes the outputs. The row is read from memory once per pass; after
-// the first it comes from the cache. Kernels are keyed by the chain, never by shapes:
+// the first it comes from the cache (rows that allow vec4s take fused_rows4.wgsl instead,
+// which reads them once). Kernels are keyed by the chain, never by shapes:
 // info: [0] rows  [1] elements per row  [2] kept rank rk  [3] reduced rank rr  [4..7) unused
 //       [7 .. 7+rk) kept sizes, then rr reduced sizes; then per view (the tensor operands, then
 //       the outputs): its offset, rk kept strides, rr reduced strides; then the scalars.

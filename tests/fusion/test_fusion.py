@@ -457,3 +457,66 @@ def test_row_kernels_keep_nan_and_int_sums_and_write_held_statistics():
     got, kernels, _ = _counted(lambda: y)
     assert len(kernels) == 1 and type(m._prim) is Lazy and m._prim.node is None
     np.testing.assert_allclose(m.to_numpy(), a.mean(1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape, vec", [
+    ((3, 4096), True),     # 256 invocations a row, 4 vec4s each
+    ((128, 8192), True),   # 8 vec4s each (fewer rows this long: chunked reductions on a GPU)
+    ((300, 64), True),     # 64 rows a workgroup, the last workgroup part empty
+    ((37, 12), True),      # 3 vec4s a row: one invocation a row, 256 rows a workgroup
+    ((128, 8200), True),   # more than the registers hold: a loop over the row's vec4s
+    ((5, 30), False),      # not a multiple of 4: the scalar row kernel
+])
+@pytest.mark.parametrize("held", [8, 0])  # vec4s an invocation holds at most (0: loops)
+def test_vec4_row_kernels_over_row_lengths_and_their_fallbacks(monkeypatch, shape, vec, held):
+    from ember.backends.wgpu import runners
+    monkeypatch.setattr(runners, "ROW_QUADS", held)
+    chosen = []
+    original = runners._rows4
+    monkeypatch.setattr(runners, "_rows4", lambda *a: chosen.append(original(*a)) or chosen[-1])
+    B = Fusion(_wgpu())
+    a, w, b = _rand(shape), _rand(shape[-1:], 1), _rand(shape[-1:], 2)
+    x, xw, xb = _t(a, B), _t(w, B), _t(b, B)
+    mean = a.mean(1, keepdims=True)
+    norm = (a - mean) / np.sqrt(((a - mean) ** 2).mean(1, keepdims=True) + 1e-5)
+    e = np.exp(a - a.max(1, keepdims=True))
+    got, kernels, _ = _counted(lambda: _layer_norm(x) * xw + xb)
+    np.testing.assert_allclose(got, norm * w + b, rtol=1e-4, atol=1e-4)
+    got, _, _ = _counted(lambda: x.softmax(1))
+    np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+    got, _, _ = _counted(lambda: x.log_softmax(1))
+    np.testing.assert_allclose(got, np.log(e / e.sum(1, keepdims=True)), rtol=1e-4, atol=1e-4)
+    got, _, _ = _counted(lambda: _exp_and_max(x))  # a row output, written once a row
+    np.testing.assert_allclose(got[1], a.max(1, keepdims=True), rtol=1e-6)
+    n = np.arange(a.size).reshape(shape) % 7 - 3
+    xn = _t(n, B, np.int32)
+    got, _, _ = _counted(lambda: (xn * 2 - xn.sum_dim(1)).mask_where(xn > 0, 5))
+    np.testing.assert_array_equal(got, np.where(n > 0, 5, n * 2 - n.sum(1, keepdims=True)))
+    assert {c[0] is not None for c in chosen} == {vec} and len(kernels) == 1
+    if vec:  # a view that starts off the 16-byte grid takes the scalar kernel
+        chosen.clear()
+        got, _, _ = _counted(lambda: x[:, 1:-3].softmax(1))
+        e = np.exp(a[:, 1:-3] - a[:, 1:-3].max(1, keepdims=True))
+        np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+        assert [c[0] for c in chosen] == [None]
+
+
+def test_gradients_through_vec4_row_kernels_match_unfused(monkeypatch):
+    from ember.backends.wgpu import runners
+    chosen = []
+    original = runners._rows4
+    monkeypatch.setattr(runners, "_rows4", lambda *a: chosen.append(original(*a)) or chosen[-1])
+
+    def fn(a, w, b, c):  # layer_norm with weight and bias, softmax, log_softmax: 4 rows a group
+        h = _layer_norm(a) * w + b
+        return ((h.softmax(1) + h.log_softmax(1)) * c).sum()
+    arrays = [_rand(s, seed) for seed, s in enumerate([(40, 256), (256,), (256,), (40, 256)])]
+    ref = [_t(a, Autodiff(NdArray())).require_grad() for a in arrays]
+    grads = fn(*ref).backward()
+    want = [x.grad(grads).to_numpy() for x in ref]
+    B = Autodiff(Fusion(_wgpu()))
+    xs = [_t(a, B).require_grad() for a in arrays]
+    grads = fn(*xs).backward()
+    for x, w in zip(xs, want):
+        np.testing.assert_allclose(x.grad(grads).to_numpy(), w, rtol=1e-4, atol=1e-4)
+    assert chosen and all(c[0] == 4 for c in chosen), chosen

@@ -346,7 +346,8 @@ def _needs(block, roots, stop=()):
 
 
 # vec4s a fused flat4 invocation computes: on the H200 gelu_custom over 256M float32 ran 0.756 ms
-# with 1, 0.724 with 2, 0.649 with 4 (`bench/fusion.py --gpu --only gelu --quads N`)
+# with 1, 0.724 with 2, 0.649 with 4 (`bench/fusion.py --gpu --only gelu --quads N`); later,
+# with even grids and a submission a call, 0.609 with 4 and 0.610 with 8
 FUSED_QUADS = 4
 
 
@@ -376,11 +377,12 @@ def fused_source(block, leaf_dtypes, entry, nan_scalars=None):
         # FUSED_QUADS vec4s an invocation, 256 apart (neighbours read neighbouring vec4s): all
         # loads first (clamped to the last vec4: no branch), then the chain and the stores
         per = FUSED_QUADS
-        quads, lanes = [], []
+        quads = [f"let o{t} = info[{5 + 2 * t}] / 4;" for t in range(nt)]
+        lanes = []
         for u in range(per):
             quads.append(f"let i{u} = base + {256 * u};")
             quads.append(f"let j{u} = min(i{u}, n4 - 1);")
-            quads += [f"let q{t}_{u} = in{t}[info[{5 + 2 * t}] / 4 + j{u}];" for t in range(nt)]
+            quads += [f"let q{t}_{u} = in{t}[o{t} + j{u}];" for t in range(nt)]
         body_vec = [f"var res{o}: vec4<{STORAGE[dtypes[j]]}>;"
                     for o, j in enumerate(block.outputs)]
         for u in range(per):
@@ -539,6 +541,120 @@ def fused_rows_source(block, leaf_dtypes, special, row_outputs, invariant):
     return render("fused_rows.wgsl", OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings),
                   NT=nt + no, SHARED="\n".join(shared), KEPT="\n    ".join(kept),
                   SCALARS="\n    ".join(scalars), PASSES="\n    ".join(passes + last))
+
+
+def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_leaves, per):
+    """fused_rows_source's vec4 form (fused_rows4.wgsl): the leaves not in `inv_leaves` (those
+    constant along a row, read once a row) are read as vec4s, `per` of them an invocation,
+    once, and kept for every pass; or, with per 0, a loop over the row's vec4s in each pass
+    (rows of any length, read again from the cache). Each pass runs the chain per lane."""
+    nt, no = len(leaf_dtypes), len(block.outputs)
+    values = {j: f"red{p}" for p, j in enumerate(special)}
+    scalars, body, dtypes = _chain_body(block, leaf_dtypes, values)
+    wide = [t not in inv_leaves for t in range(nt)] + [o not in row_outputs for o in range(no)]
+
+    def array(v, dt):
+        return f"array<vec4<{STORAGE[dt]}>>" if wide[v] else f"array<{STORAGE[dt]}>"
+    outputs = [f"@group(1) @binding({o}) var<storage, read_write> out{o}: "
+               f"{array(nt + o, dtypes[j])};" for o, j in enumerate(block.outputs)]
+    bindings = [f"@group(1) @binding({no + t}) var<storage, read> in{t}: {array(t, dt)};"
+                for t, dt in enumerate(leaf_dtypes)]
+    kept = [f"let rs{v} = 7 + rk + rr + {v} * (1 + rk + rr) + 1 + rk;" for v in range(nt + no)]
+    kept += [f"var kb{v} = info[rs{v} - 1 - rk];" for v in range(nt + no)]
+    kept += ["var rem = o;", "for (var d = rk - 1; d >= 0; d--) {",
+             "    let size = info[7 + d];", "    let q = rem / size;",
+             "    let c = rem - q * size;", "    rem = q;"]
+    kept += [f"    kb{v} += c * info[rs{v} - rk + d];" for v in range(nt + no)] + ["}"]
+    chunks = [f"let b{v} = kb{v} / 4;" for v in range(nt + no) if wide[v]]
+    chunks += [f"let j{k} = {k} * i32(tpr) + i32(loc);" for k in range(per)]
+    hoisted, loaded = set(), set()
+
+    def split(nodes, leaves, last=False):
+        """(statements before the pass: the row's invariant nodes not computed yet and the
+        leaves they or the pass read once a row, then the loads of the leaves kept from now
+        on; the leaves read per lane; the statements per lane; the leaves the pass loads
+        chunk by chunk and holds no longer: in the last pass, or in every pass with per 0)."""
+        pre = [k for k in nodes if (k in invariant or k in values) and k not in hoisted]
+        once = {i[1] for k in pre if k not in values for i in block.nodes[k].inputs
+                if type(i) is tuple and i[0] == "leaf"} | {t for t in leaves if not wide[t]}
+        once = sorted(once - loaded)
+        fresh = [t for t in leaves if wide[t] and t not in loaded]
+        hoisted.update(pre)
+        loaded.update(once, fresh if per and not last else ())
+        before = [_load(t, leaf_dtypes[t], f"kb{t}") for t in once]
+        before += [line for k in pre for line in body[k]]
+        for k in range(0 if last else per):
+            before += [f"var q{t}_{k}: vec4<{STORAGE[leaf_dtypes[t]]}>;" for t in fresh]
+            before += [f"if (j{k} < n4) {{"] + [f"    q{t}_{k} = in{t}[b{t} + j{k}];"
+                                                 for t in fresh] + ["}"]
+        inner = [line for k in nodes if k not in hoisted for line in body[k]]
+        return before, [t for t in leaves if wide[t]], inner, fresh if last or not per else []
+
+    def lanes(k, walked, inner, tail):
+        """Chunk k's lanes: the leaves' lane values, `inner`, then tail(lane)."""
+        out = []
+        for lane in "xyzw":
+            got = [f"let v{t} = " + (f"(q{t}_{k}.{lane} != 0u);" if leaf_dtypes[t] == "bool"
+                                     else f"q{t}_{k}.{lane};") for t in walked]
+            out += ["{"] + ["    " + line for line in got + inner + tail(lane)] + ["}"]
+        return out
+
+    def each_chunk(fresh, code):
+        """code(k) (lines) in each chunk of the invocation's vec4s, with `fresh` loaded."""
+        heads = ([(k, f"if (j{k} < n4) {{") for k in range(per)] if per else
+                 [("j", "for (var jj = i32(loc); jj < n4; jj += i32(tpr)) {")])
+        out = []
+        for k, head in heads:
+            at = f"j{k}" if per else "jj"
+            out += [head] + [f"    let q{t}_{k} = in{t}[b{t} + {at}];" for t in fresh]
+            out += ["    " + line for line in code(k, at)] + ["}"]
+        return out
+
+    passes, shared, done = [], [], set()
+    for p, j in enumerate(special):
+        src = block.nodes[j].inputs[0]
+        t = STORAGE[dtypes[src[1]] if src[0] == "node" else leaf_dtypes[src[1]]]
+        init, combine = _ROW_REDUCERS[(block.nodes[j].op.name, t)]
+        nodes, leaves = _needs(block, [src[1]] if src[0] == "node" else [], stop=done)
+        if src[0] == "leaf":
+            leaves = sorted({*leaves, src[1]})
+        value = f"r{src[1]}" if src[0] == "node" else f"v{src[1]}"
+        shared.append(f"var<workgroup> part{p}: array<{t}, 256>;")
+        shared.append(f"fn combine{p}(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}")
+        before, walked, inner, fresh = split(nodes, leaves)
+        step = [f"acc = combine{p}(acc, {value});"]
+
+        def reduced(k, at, walked=walked, inner=inner, step=step):
+            return lanes(k, walked, inner, lambda lane: step)
+        passes += before + ["{", f"    var acc = {init};"]
+        passes += ["    " + line for line in each_chunk(fresh, reduced)]
+        passes += [f"    part{p}[lid] = acc;", "}", "workgroupBarrier();",
+                   "for (var s = tpr / 2u; s > 0u; s >>= 1u) {", "    if (loc < s) {",
+                   f"        part{p}[lid] = combine{p}(part{p}[lid], part{p}[lid + s]);",
+                   "    }", "    workgroupBarrier();", "}", f"let red{p} = part{p}[lid - loc];"]
+        done.add(j)
+    nodes, leaves = _needs(block, block.outputs, stop=done)
+    before, walked, inner, fresh = split(nodes, leaves, last=True)
+
+    def stored(j):
+        return f"select(0u, 1u, r{j})" if dtypes[j] == "bool" else f"r{j}"
+    full = [o for o in range(no) if o not in row_outputs]
+
+    def last(k, at):
+        def tail(lane):
+            lines = [f"res{o}.{lane} = {stored(block.outputs[o])};" for o in full]
+            if row_outputs and lane == "x" and k in (0, "j"):  # the row's first element
+                lines += [f"if ({at} == 0) {{"] + [
+                    f"    out{o}[kb{nt + o}] = {stored(block.outputs[o])};"
+                    for o in row_outputs] + ["}"]
+            return lines
+        code = [f"var res{o}: vec4<{STORAGE[dtypes[block.outputs[o]]]}>;" for o in full]
+        return code + lanes(k, walked, inner, tail) + [f"out{o}[b{nt + o} + {at}] = res{o};"
+                                                       for o in full]
+    return render("fused_rows4.wgsl", OUTPUTS="\n".join(outputs), BINDINGS="\n".join(bindings),
+                  NT=nt + no, SHARED="\n".join(shared), KEPT="\n    ".join(kept),
+                  SCALARS="\n    ".join(scalars), CHUNKS="\n    ".join(chunks),
+                  PASSES="\n    ".join(passes + before + each_chunk(fresh, last)))
 
 
 def epilogue_source(block, leaf_dtypes, leaf_ids, producer, vec, t):

@@ -31,6 +31,7 @@ from .kernels import (
     elementwise_source,
     epilogue_source,
     fused_reduce_source,
+    fused_rows4_source,
     fused_rows_source,
     fused_source,
     render,
@@ -142,12 +143,11 @@ def _scalar_words(block):
     of its node's first tensor operand (as the generated kernel reads them)."""
     words = []
     for node in block.nodes:
-        typed = None
-        for i in node.inputs:
-            if type(i) is tuple:
-                typed = typed or (block.leaves[i[1]].dtype if i[0] == "leaf"
-                                  else block.nodes[i[1]].dtype)
-        words += [_bits(i, typed) for i in node.inputs if type(i) is not tuple]
+        scalars = [i for i in node.inputs if type(i) is not tuple]
+        if scalars:
+            k, t = next(i for i in node.inputs if type(i) is tuple)
+            typed = block.leaves[t].dtype if k == "leaf" else block.nodes[t].dtype
+            words += [_bits(v, typed) for v in scalars]
     return words
 
 
@@ -205,8 +205,9 @@ def fused(be, block):
         words = view_words(shape, [(x.offset, broadcast_strides(x, shape)) for x in leaves])
     be.device.dispatch(k, tuple(o.storage.gpu for o in outs) + tuple(
         x.storage.gpu for x in leaves), words + scalars,
-        groups_1d(n // 4, 256 * kernels.FUSED_QUADS) if entry == "flat4" else groups_1d(n),
-        be.cache)
+        _even_groups(n // 4, 256 * kernels.FUSED_QUADS) if entry == "flat4"
+        else _even_groups(n, 256), be.cache)
+    _submit_big(be, n)
     return outs
 
 
@@ -603,10 +604,45 @@ _MAX_BUFFERS = 7
 
 
 def fused_rows(be, block, special):
-    """A Block with reductions as one row kernel (fused_rows.wgsl): a workgroup per row of the
-    reduced dims. None unless every reduction reduces the same dims of a node or leaf of the
+    """A Block with reductions as one row kernel (fused_rows.wgsl, or fused_rows4.wgsl where
+    the rows allow vec4s): a workgroup per row of the reduced dims, or several short rows a
+    workgroup. None unless every reduction reduces the same dims of a node or leaf of the
     block's shape (sum, max or min of float32 or int32) and every output has the block's or
     the reductions' shape."""
+    # what the plan depends on (never a tensor: the cache must not keep buffers alive)
+    layout = (block.key(), tuple(n.shape for n in block.nodes),
+              tuple((x.shape, x.strides, x.offset, x.dtype) for x in block.leaves),
+              be.device.bridge.is_cpu, ROW_THREADS, ROW_QUADS)
+    plan = _ROW_PLANS.get(layout, False)
+    if plan is False:
+        if len(_ROW_PLANS) >= 4096:
+            _ROW_PLANS.clear()
+        plan = _ROW_PLANS[layout] = _rows_plan(block, special, be.device.bridge.is_cpu)
+    if plan is None:
+        return None
+    key, (row_outputs, invariant_nodes, invariant, per), outs, words, groups, n_all = plan
+    k = be.device.kernels.get(key)
+    if k is None:
+        dtypes = key[2]
+        k = compile_kernel(be.device, key, "fused_rows", lambda: (
+            fused_rows4_source(block, dtypes, special, row_outputs, invariant_nodes, invariant,
+                               per) if per is not None else
+            fused_rows_source(block, dtypes, special, row_outputs, invariant_nodes), "main",
+            ("w",) * len(outs) + ("r",) * len(dtypes)))
+    outs = [be.empty(s, dt) for s, dt in outs]
+    be.device.dispatch(k, tuple(o.storage.gpu for o in outs) + tuple(
+        x.storage.gpu for x in block.leaves), words + _scalar_words(block), groups, be.cache)
+    _submit_big(be, n_all)
+    return outs
+
+
+# fused_rows' plans by the block's layout (most models run a few layouts over and over)
+_ROW_PLANS = {}
+
+
+def _rows_plan(block, special, on_cpu):
+    """(kernel key, fused_rows*_source's arguments, the outputs' (shape, dtype), the info
+    words but the scalars, the workgroups, elements) for fused_rows, or None."""
     shape, nodes, leaves = block.shape, block.nodes, block.leaves
     dims = sorted(nodes[special[0]].attrs["dims"])
     row = nodes[special[0]].shape
@@ -623,9 +659,8 @@ def fused_rows(be, block, special):
     if (any(s not in (shape, row) for s in out_shapes) or n_all == 0
             or len(leaves) + len(out_shapes) > _MAX_BUFFERS):
         return None
-    if n_out < 128 and n_all > 4096 * n_out and not be.device.bridge.is_cpu:
+    if n_out < 128 and n_all > 4096 * n_out and not on_cpu:
         return None  # a few long rows: a GPU does better with chunked reductions first
-    outs = [be.empty(s, nodes[j].dtype) for s, j in zip(out_shapes, block.outputs)]
     row_outputs = tuple(o for o, s in enumerate(out_shapes) if s != shape)
 
     def along_row(s):  # a shape whose every reduced dim has size 1: constant along a row
@@ -634,24 +669,61 @@ def fused_rows(be, block, special):
     invariant = tuple(k for k, x in enumerate(leaves) if along_row(x.shape))
     invariant_nodes = {j for j, n in enumerate(nodes) if along_row(n.shape)}
     views = [(x.offset, broadcast_strides(x, shape)) for x in leaves]
-    views += [(0, broadcast_strides(o, shape)) for o in outs]
+    views += [(0, broadcast_strides(Prim(None, s, dense_strides(s), 0, None), shape))
+              for s in out_shapes]
     kept = [d for d in range(len(shape)) if d not in dims]
     kshape, kstr = coalesce([shape[d] for d in kept], [[st[d] for d in kept] for _, st in views])
     rshape, rstr = coalesce([shape[d] for d in dims], [[st[d] for d in dims] for _, st in views])
     dtypes = tuple(x.dtype for x in leaves)
-    key = ("fused_rows", block.key(), dtypes, row_outputs, invariant)
-    k = be.device.kernels.get(key)
-    if k is None:
-        k = compile_kernel(be.device, key, "fused_rows", lambda: (
-            fused_rows_source(block, dtypes, special, row_outputs, invariant_nodes), "main",
-            ("w",) * len(outs) + ("r",) * len(leaves)))
-    words = [n_out, n_all // n_out, len(kshape), len(rshape), 0, 0, 0, *kshape, *rshape]
+    per, tpr = _rows4(n_all // n_out, views, kstr, rstr, invariant, row_outputs, len(leaves))
+    key = ("fused_rows", block.key(), dtypes, row_outputs, invariant, per)
+    words = [n_out, n_all // n_out, len(kshape), len(rshape), tpr, 0, 0, *kshape, *rshape]
     for (offset, _), ks, rs in zip(views, kstr, rstr):
         words += [offset, *ks, *rs]
-    words += _scalar_words(block)
-    be.device.dispatch(k, tuple(o.storage.gpu for o in outs) + tuple(
-        x.storage.gpu for x in leaves), words, groups_1d(n_out, 1), be.cache)
-    return outs
+    return (key, (row_outputs, invariant_nodes, invariant, per),
+            [(s, nodes[j].dtype) for s, j in zip(out_shapes, block.outputs)], words,
+            _even_groups(n_out, 256 // tpr if per is not None else 1), n_all)
+
+
+# invocations a vec4 row kernel gives a row at most (its workgroup has 256), and the vec4s
+# each holds at most (in registers; a longer row, or any with 0, loops over its vec4s in each
+# pass instead)
+ROW_THREADS, ROW_QUADS = 256, 8
+
+
+def _rows4(n, views, kstr, rstr, invariant, row_outputs, nt):
+    """(vec4s an invocation holds, or 0 for the loop form, invocations a row) for fused_rows4
+    over rows of n elements, or (None, 1) for the scalar fused_rows: every view read or
+    written along the row (the leaves not in `invariant`, the outputs not in `row_outputs`)
+    must walk one reduced dim densely from 16-byte aligned starts."""
+    along = [v for v in range(len(views)) if (v not in invariant if v < nt
+                                               else v - nt not in row_outputs)]
+    if n % 4 or len(rstr[0]) != 1 or any(
+            rstr[v][0] != 1 or views[v][0] % 4 or any(s % 4 for s in kstr[v]) for v in along):
+        return None, 1
+    n4 = n // 4
+    tpr = min(ROW_THREADS, 1 << max(0, (-(-n4 // 4) - 1).bit_length()))
+    per = 1 << max(0, (-(-n4 // tpr) - 1).bit_length())
+    return (per if per <= ROW_QUADS else 0), tpr
+
+
+# elements from which a fused kernel's batch is submitted at once: the GPU starts on it while
+# Python records what follows (a kernel this size takes tens of microseconds on any GPU, more
+# than a submission costs)
+_SUBMIT_AT = 1 << 24
+
+
+def _even_groups(n, per_group):
+    """groups_1d's workgroups spread evenly over y: past 65535 of them, groups_1d's full x
+    rows would leave up to a row of empty workgroups to launch."""
+    g = -(-n // per_group)
+    y = -(-g // 65535)
+    return (-(-g // y), y, 1)
+
+
+def _submit_big(be, n):
+    if n >= _SUBMIT_AT:
+        be.device.flush()
 
 
 # ---- matmul -------------------------------------------------------------------------------------
