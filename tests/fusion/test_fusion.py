@@ -520,3 +520,29 @@ def test_gradients_through_vec4_row_kernels_match_unfused(monkeypatch):
     for x, w in zip(xs, want):
         np.testing.assert_allclose(x.grad(grads).to_numpy(), w, rtol=1e-4, atol=1e-4)
     assert chosen and all(c[0] == 4 for c in chosen), chosen
+
+
+def test_a_jit_replay_on_fused_wgpu_submits_the_fused_kernels_once():
+    # Fusion.compile: inner (Wgpu) records the fused kernels of one run; each replay submits
+    # that recording: gelu_custom, LayerNorm (weight and bias) and softmax a dispatch each
+    if "wgpu" not in INNERS:
+        pytest.skip("no wgpu")
+    inner = _wgpu()
+    fused = Fusion(inner)
+
+    norm = ember.nn.LayerNorm(64, backend=fused)
+
+    def f(x):
+        return gelu_custom(x), norm(x), x.softmax(1)
+
+    fast = ember.jit(f)
+    for k in range(3):
+        x = _t(_rand((32, 64), k), fused)
+        want = [o.to_numpy() for o in f(x)]
+        before = inner.stats()
+        got = fast(x)
+        after = inner.stats()
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(g.to_numpy(), e, rtol=1e-5, atol=1e-5)
+    assert after["submits"] - before["submits"] == 1
+    assert after["dispatches"] - before["dispatches"] <= 3

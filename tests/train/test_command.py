@@ -327,3 +327,19 @@ def test_torchrun_trains_over_two_processes(mnist_ready, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("test accuracy") == 1  # process 0 reports
     assert (run / "model.safetensors").is_file() and (run / "history.json").is_file()
+
+
+def test_the_step_is_recorded_by_default_on_wgpu_alone(monkeypatch):
+    from argparse import Namespace
+
+    from ember.train import command
+    monkeypatch.delenv("EMBER_BACKEND", raising=False)
+
+    def records(backend, no_jit=False, devices=1):
+        return command._records(Namespace(backend=backend, no_jit=no_jit), devices)
+    assert records("wgpu") and records("fusion(wgpu)")
+    assert not records("wgpu", no_jit=True) and not records("wgpu", devices=2)
+    assert not records(None) and not records("ndarray") and not records("torch")
+    monkeypatch.setenv("EMBER_BACKEND", "wgpu")
+    assert records(None)
+

@@ -12,6 +12,7 @@ import pytest
 
 from ember import optim, record, train
 from ember.autodiff import Autodiff
+from ember.backend import NdArray
 
 from .helpers import StopAt, loaders, model, optimizer, weights
 
@@ -400,3 +401,23 @@ def test_two_virtual_wgpu_devices_train_as_one(strategy):
     for name in w1:
         np.testing.assert_allclose(wn[name], w1[name], rtol=2e-5, atol=2e-6, err_msg=name)
     assert ln == pytest.approx(l1, rel=1e-5)
+
+
+def test_a_recorded_step_trains_as_the_eager_one(tmp_path):
+    # jit=True: forward, backward and Adam's scheduled update captured once and replayed
+    # (dropout drawing its mask per replay where eager training draws it): the same run
+    eager, m_eager = fit(tmp_path / "eager", epochs=3)
+    jitted, m_jit = fit(tmp_path / "jit", epochs=3, jit=True)
+    for split in ("train", "valid"):
+        for name in ("Loss", "Accuracy"):
+            assert jitted.history.epoch_values(name, split) == \
+                eager.history.epoch_values(name, split), (name, split)
+    assert "1 captured" in repr(jitted._jit_step) and jitted.step == eager.step == 15
+    for name, value in weights(m_eager).items():
+        np.testing.assert_array_equal(weights(m_jit)[name], value, err_msg=name)
+
+
+def test_a_recorded_step_is_for_one_device():
+    with pytest.raises(ValueError, match="jit=True records the step of one device"):
+        train.Learner(model(), optimizer(), dashboard=None, jit=True,
+                      devices=[NdArray(), NdArray()])

@@ -46,6 +46,27 @@ def others(objs, i):
     return _count(objs, i) - _FREE
 
 
+def run_steps(execute, steps, table, inputs, outputs):
+    """A plan's steps (OpRecords on slots) run once through execute(op, prims, attrs, shape,
+    dtype) as a replay runs them: each slot freed at its last use, so a pool shares buffers by
+    lifetime and elementwise ops reuse their inputs'. -> {output slot: prim}"""
+    pinned = set(range(len(inputs))) | set(outputs)
+    last = {}
+    for i, step in enumerate(steps):
+        for s in step.inputs:
+            last[s] = i
+    values = list(table)
+    values[:len(inputs)] = inputs
+    for i, (op, ins, attrs, shape, dtype, out) in enumerate(steps):
+        prims = [values[s] for s in ins]
+        for s in set(ins):
+            if last[s] == i and s not in pinned and table[s] is None:
+                values[s] = None
+        values[out] = execute(op, prims, attrs, shape, dtype)
+        del prims
+    return {s: values[s] for s in outputs}
+
+
 class OpRecord(NamedTuple):
     """One op applied to inputs, as data: what ember.jit captures and hands to
     Backend.compile, and what a lazy backend queues. inputs: prims, or slots of a plan's table;
@@ -79,11 +100,14 @@ class Backend:
     def sync(self):
         pass
 
-    def compile(self, steps, table, inputs, outputs):
+    def compile(self, steps, table, inputs, outputs, run=None):
         """A runner for a plan ember.jit captured on this backend alone, or None (replay op by
         op). steps: OpRecords whose inputs and out are slots; table: the slots' constants (None
         elsewhere); inputs: this run's argument prims (slots 0..); outputs: the result slots.
-        runner(argument prims) -> {output slot: prim}, or None for this call."""
+        runner(argument prims) -> {output slot: prim}, or None for this call.
+        run: a decorator's way of running the steps, run(steps, table, inputs, outputs) ->
+        {output slot: prim} (Fusion's, with its fused kernels), for a backend that records
+        the kernels a run launches (Wgpu); one that cannot returns None when given it."""
         return None
 
     # decorators only: move a prim of the inner backend in and out without copying

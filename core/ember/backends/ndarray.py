@@ -180,10 +180,11 @@ class NdArray(Backend):
         # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
         return out if type(out) is np.ndarray else np.asarray(out)
 
-    def compile(self, steps, table, inputs, outputs):
-        # inside Pyodide, runs of WebAssembly kernels become one call each (backends/wasm)
+    def compile(self, steps, table, inputs, outputs, run=None):
+        # inside Pyodide, runs of WebAssembly kernels become one call each (backends/wasm);
+        # a decorator's own run (Fusion's generated kernels) is not one of them
         compile_plan = getattr(self.kernels, "compile_plan", None)
-        if compile_plan is None:
+        if compile_plan is None or run is not None:
             return None
         return compile_plan(steps, table, inputs, outputs, self.execute)
 

@@ -131,12 +131,13 @@ class Torch(Backend):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def compile(self, steps, table, inputs, outputs):
+    def compile(self, steps, table, inputs, outputs, run=None):
         """ember.jit's plan as one CUDA graph: captured on its first replay, then each replay
         copies the arguments in and launches the whole plan at once, no Python per op. Plans
         with an index op (which checks its indices on the host, and a graph cannot wait for
         the host) replay op by op, as every plan does on the CPU."""
-        if self.device.type != "cuda" or any(step.op.kind == INDEX for step in steps):
+        if run is not None or self.device.type != "cuda" or any(
+                step.op.kind == INDEX for step in steps):
             return None
         return _Graph(self, steps, table, len(inputs), outputs).run
 

@@ -31,7 +31,7 @@ import contextvars
 import threading
 import weakref
 
-from ..backend.base import Backend, OpRecord, others
+from ..backend.base import Backend, OpRecord, others, run_steps
 from ..ops import ELEMENTWISE, REDUCE
 
 __all__ = ["Block", "Fusion", "Lazy", "trace"]
@@ -205,6 +205,42 @@ class Fusion(Backend):
 
     def wrap(self, inner_prim, shape, dtype):
         return Lazy(shape, dtype, value=inner_prim)
+
+    def compile(self, steps, table, inputs, outputs, run=None):
+        """ember.jit's plan compiled by inner as this backend runs it (Wgpu records the
+        fused kernels of one run, and each replay submits them: fused and no Python per op),
+        or None. Inner sees inner prims; the runner hands back this backend's."""
+        if run is not None:
+            return None
+        mine = {}  # id(inner prim) -> the Lazy it came from (the capture's constants, inputs)
+
+        def unwrap(p):
+            if type(p) is not Lazy:
+                return p
+            value = self.realize(p)
+            mine[id(value)] = p
+            return value
+
+        def run_here(steps, table, inputs, outputs):
+            wrapped = [mine.get(id(p), p) for p in inputs]
+            got = run_steps(self.execute, steps, [mine.get(id(p), p) for p in table], wrapped,
+                            outputs)
+            return {s: self.realize(p) if type(p) is Lazy else p for s, p in got.items()}
+
+        kinds = {step.out: (step.shape, step.dtype) for step in steps}
+        kinds.update((k, (p.shape, p.dtype)) for k, p in enumerate(inputs) if type(p) is Lazy)
+        kinds.update((k, (p.shape, p.dtype)) for k, p in enumerate(table) if type(p) is Lazy)
+        runner = self.inner.compile(steps, [unwrap(p) for p in table],
+                                    [unwrap(p) for p in inputs], outputs, run=run_here)
+        if runner is None:
+            return None
+
+        def replay(prims):
+            got = runner([self.realize(p) if type(p) is Lazy else p for p in prims])
+            if got is None:
+                return None
+            return {s: Lazy(*kinds[s], value=p) for s, p in got.items()}
+        return replay
 
     def unwrap(self, prim):
         return self.realize(prim)

@@ -55,6 +55,9 @@ class Adam(Optimizer):
     def _state_keys(self):
         return {"step", "exp_avg", "exp_avg_sq"} | ({"max_exp_avg_sq"} if self.amsgrad else set())
 
+    def _lr_is_live(self):  # the fused step's rate is live(); AdamW's decay is not
+        return not self.amsgrad and not (self._decoupled and self.weight_decay != 0)
+
     def _update(self, x, g, state, lr):
         beta1, beta2 = self.betas
         if self.maximize:

@@ -83,7 +83,7 @@ class Optimizer:
             grads = self.grad_clip(GradientsParams(
                 {k: g for k, g in grads.items() if params[k][1].trainable}))
         lr = float(self.scheduler.get_lr())
-        if not isinstance(self.scheduler, Constant):
+        if not isinstance(self.scheduler, Constant) and not self._lr_is_live():
             _host("a learning-rate schedule (a replay would keep the captured rate)")
 
         def update(name, p):
@@ -110,6 +110,11 @@ class Optimizer:
         self._advance()
         on_replay(self._advance)
         return model
+
+    def _lr_is_live(self):
+        """True where _update reads the rate only through live() scalars, which a replay of
+        ember.jit computes anew (so a schedule can be replayed); else a capture refuses it."""
+        return False
 
     def _advance(self):
         self.step_count += 1

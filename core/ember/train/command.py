@@ -63,6 +63,9 @@ def add_arguments(parser):
                              "subset: for quick trials")
     parser.add_argument("--export", default=None, metavar="PATH",
                         help="also write the final weights with ember.models' metadata")
+    parser.add_argument("--no-jit", action="store_true",
+                        help="run each training step eagerly (on wgpu the step is recorded once "
+                             "with ember.jit and replayed as one submission by default)")
     parser.add_argument("--devices", type=int_range(1), default=1, metavar="N",
                         help="train data parallel on N instances of the backend (a replica "
                              "and a thread each; the batch is split over them)")
@@ -71,6 +74,13 @@ def add_arguments(parser):
 def _backend(name):
     from ..backend.base import from_name
     return from_name(name or os.environ.get("EMBER_BACKEND") or "ndarray")
+
+
+def _records(args, devices):
+    """Whether the training step is recorded (ember.jit): by default on wgpu, one device."""
+    from .parallel import environment
+    name = (args.backend or os.environ.get("EMBER_BACKEND") or "").lower()
+    return not args.no_jit and "wgpu" in name and devices == 1 and environment() is None
 
 
 def _datasets(name, limit):
@@ -183,7 +193,8 @@ def run(args):
                           extra_state={"config": config}, resume_hint=command,
                           title=f"ember train {args.dataset} ({backend}"
                                 + (f" x{len(devices)})" if len(devices) > 1 else ")"),
-                          devices=devices if len(devices) > 1 else None)
+                          devices=devices if len(devices) > 1 else None,
+                          jit=_records(args, len(devices)))
     except (ValueError, ImportError) as e:  # --devices under torchrun; torchrun without torch
         print(f"ember train: {e}", file=sys.stderr)
         return 2

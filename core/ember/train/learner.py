@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import record
+from .. import capture, record
 from ..autodiff import Autodiff, no_grad
 from ..distribution import rng as ember_rng
 from ..tensor import Tensor
@@ -151,6 +151,8 @@ class Learner:
     title: the dashboard's title.
     devices: backends to train on in data parallel (one replica and thread each); the first
         holds the model, and validation, metrics and checkpoints.
+    jit: record the training step once with ember.jit (forward, backward and the update) and
+        replay it (on Wgpu one submission per step); single device only.
     strategy: with devices, "ddp" (every replica keeps its weights and optimizer; gradients
         all-reduced in buckets during backward, the same update on each: _ddp_step) or
         "multi" (gradients gathered on the first device, one update there, the replicas
@@ -164,7 +166,7 @@ class Learner:
     def __init__(self, model, optimizer, loss=None, metrics=None, dashboard="auto",
                  checkpoint_dir=None, keep_last=2, checkpoint_every=None, best_metric=None,
                  early_stopping=None, backend=None, extra_state=None, resume_hint=None,
-                 title="ember train", devices=None, strategy="ddp"):
+                 title="ember train", devices=None, strategy="ddp", jit=False):
         from .. import nn
         self.optimizer = optimizer
         self.loss_fn = loss if loss is not None else nn.CrossEntropyLoss()
@@ -194,6 +196,7 @@ class Learner:
         if strategy not in ("ddp", "multi"):
             raise ValueError(f"Learner: strategy must be 'ddp' or 'multi', got {strategy!r}")
         self.strategy, self._overlap, self._replicas, self._stop = strategy, True, None, None
+        self.jit, self._jit_step = bool(jit), None
         self._dist, self.rank = None, 0
         if parallel.environment() is not None:
             if self.devices and len(self.devices) > 1:
@@ -203,6 +206,9 @@ class Learner:
             self.rank = self._dist.rank
             if self.rank != 0:  # process 0 reports (also how to resume) and writes
                 self.dashboard = Dashboard()
+        if self.jit and ((self.devices and len(self.devices) > 1) or self._dist is not None):
+            raise ValueError("Learner: jit=True records the step of one device; data-parallel "
+                             "training (devices=, torchrun) runs eagerly: drop jit=True")
         self.history = History()
         self.epoch, self.batch, self.step, self.epochs = 0, 0, 0, None
         self.best = None            # (value, epoch) of best_metric
@@ -226,6 +232,7 @@ class Learner:
             self.dashboard.stop_requested = False
         self._started = time.perf_counter()
         self._replicas = None  # made again from self.model: it may have changed since
+        self._jit_step = None  # captured again: a resume may have replaced the optimizer state
         stop = self._stop = _Stop(self._announce_stop, deferred=self._dist is not None)
         self.dashboard.start(self)
         try:
@@ -307,14 +314,39 @@ class Learner:
                 return self._multi_step(batch, needs_output)
             return self._ddp_step(batch, needs_output)
         x, y = self._inputs(batch, self._backend())
+        lr = self.optimizer.lr
+        if self.jit:
+            return self._recorded_step(x, y, needs_output, lr)
         logits = self.model(x)
         loss = self.loss_fn(logits, y)
         value = self._finite(float(loss.item()))
-        lr = self.optimizer.lr
         grads = loss.backward()
         self.model = self.optimizer.step(self.model, grads)
         return StepOutput("train", value,
                           logits.to_numpy() if needs_output else None,
+                          _numpy(y), int(x.shape[0]), lr)
+
+    def _recorded_step(self, x, y, needs_output, lr):
+        """jit=True: forward, backward and the update as one ember.jit capture, replayed from
+        the third step of each batch shape on (Wgpu: one submission); the loss is read after
+        the update, so a non-finite loss stops the run with that update applied (in memory
+        only: no checkpoint is written of it)."""
+        if self._jit_step is None:
+            def step(model, x, y, needs_output):
+                logits = model(x)
+                loss = self.loss_fn(logits, y)
+                model = self.optimizer.step(model, loss.backward())
+                return (model, loss, logits) if needs_output else (model, loss)
+            self._jit_step = capture.jit(step)
+        self.model, loss, *logits = self._jit_step(self.model, x, y, needs_output)
+        value = float(loss.item())
+        if not np.isfinite(value):
+            raise FloatingPointError(
+                f"the training loss is {value} at step {self.step + 1} (epoch {self.epoch + 1}, "
+                f"batch {self.batch + 1}): training diverged (a lower learning rate?); the "
+                "recorded step (jit=True) applied its update already: the last checkpoint "
+                "holds the weights before it")
+        return StepOutput("train", value, logits[0].to_numpy() if needs_output else None,
                           _numpy(y), int(x.shape[0]), lr)
 
     def _finite(self, value):

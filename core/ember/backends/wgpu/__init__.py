@@ -91,10 +91,10 @@ class Wgpu(Backend):
         a row kernel; matmul: its epilogue)."""
         return runners.fusable(op)
 
-    def compile(self, steps, table, inputs, outputs):
+    def compile(self, steps, table, inputs, outputs, run=None):
         """A captured plan encoded once, replayed as one submission (plan.py), or None."""
         from .plan import compile_plan
-        return compile_plan(self, steps, table, inputs, outputs)
+        return compile_plan(self, steps, table, inputs, outputs, run)
 
     def fuse(self, block):
         """An ember.fusion Block as one generated kernel, or None (see runners.fused)."""

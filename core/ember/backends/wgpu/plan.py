@@ -26,7 +26,9 @@ in a plan, as in a browser (WebGPU clamps out-of-range accesses).
 """
 
 import struct
+from functools import partial
 
+from ...backend.base import run_steps
 from .layout import Prim
 
 _I32 = struct.Struct("<i")
@@ -43,21 +45,24 @@ class Recording:
         self.checked = []   # (gpu buffer, size): index checks passed on known bounds
 
 
-def compile_plan(be, steps, table, inputs, outputs):
+def compile_plan(be, steps, table, inputs, outputs, run=None):
     """A runner for the plan (see Backend.compile), or None. Python floats among `inputs` are
     scalars a replay recomputes (capture.live): the plan is recorded twice with two sets of
     stand-in values, and the `info` words where those differ, and only those, are patched
-    with each replay's values (a word derived from a scalar in any other way: None)."""
+    with each replay's values (a word derived from a scalar in any other way: None). run: how
+    the steps run while they are recorded (Backend.compile; default: be's own ops)."""
+    if run is None:
+        run = partial(run_steps, be.execute)
     if any(type(p) is not Prim and type(p) is not float for p in inputs):
         return None
     scalars = [i for i, p in enumerate(inputs) if type(p) is float]
-    recorded = _record(be, steps, table, inputs, outputs, scalars, 0)
+    recorded = _record(be, run, steps, table, inputs, outputs, scalars, 0)
     if recorded is None:
         return None
     rec, results = recorded
     found = {}  # byte offset in the meta -> position of the scalar among the inputs
     if scalars:
-        other = _record(be, steps, table, inputs, outputs, scalars, 1)
+        other = _record(be, run, steps, table, inputs, outputs, scalars, 1)
         if other is None or not _same_but_scalars(rec.commands, other[0].commands, scalars,
                                                    found):
             return None
@@ -138,7 +143,7 @@ def compile_plan(be, steps, table, inputs, outputs):
 _STAND_IN = ((1.7, 0.003), (-2.9, -0.005))  # scalar i of recording r: a + b * (i + 1)
 
 
-def _record(be, steps, table, inputs, outputs, scalars, r):
+def _record(be, run, steps, table, inputs, outputs, scalars, r):
     """The plan's dispatches, recorded (scalars replaced by stand-ins r), and its results."""
     values = list(inputs)
     a, b = _STAND_IN[r]
@@ -150,7 +155,7 @@ def _record(be, steps, table, inputs, outputs, scalars, r):
         device.flush()
         device.recording = rec
         try:
-            results = _run(be, steps, table, values, outputs)
+            results = run(steps, table, values, outputs)
         except Unrecordable:
             return None
         finally:
@@ -180,26 +185,6 @@ def _same_but_scalars(one, two, scalars, found):
                     return False
                 found[c, j] = i
     return True
-
-
-def _run(be, steps, table, inputs, outputs):
-    """The steps run as a replay runs them (each slot freed at its last use, so the pool
-    shares buffers by lifetime and elementwise ops reuse their inputs')."""
-    pinned = set(range(len(inputs))) | set(outputs)
-    last = {}
-    for i, step in enumerate(steps):
-        for s in step.inputs:
-            last[s] = i
-    values = list(table)
-    values[:len(inputs)] = inputs
-    for i, (op, ins, attrs, shape, dtype, out) in enumerate(steps):
-        prims = [values[s] for s in ins]
-        for s in set(ins):
-            if last[s] == i and s not in pinned and table[s] is None:
-                values[s] = None
-        values[out] = be.execute(op, prims, attrs, shape, dtype)
-        del prims
-    return {s: values[s] for s in outputs}
 
 
 class Runner:
