@@ -797,17 +797,89 @@ def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs, bia
     return out
 
 
-def _conv_runner(entry):
-    """conv2d (with its bias, when given) and conv_transpose2d: one invocation per output
-    element, the shader's `entry`."""
+def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None):
+    """conv_gemm.wgsl's implicit GEMM (MODE 0 conv2d, 1 conv_transpose2d, 2 conv2d_weight)
+    into out. conv2d_weight's sums over N*OH*OW run in chunks (enough workgroups to fill a
+    GPU: its C is only O x C/G*KH*KW), added up by a second dispatch. False where the
+    workgroup counts pass WebGPU's 65535 (conv.wgsl then)."""
+    (top, _), (left, _) = attrs["padding"]
+    groups = attrs["groups"]
+    n, c = x.shape[:2]
+    pixels, depth = n * oh * ow, (c // groups) * kernel[0] * kernel[1]
+    cols, chunks, chunk = (depth, 1, 0) if mode == 2 else (pixels, 1, 0)
+    tiles = (-(-cols // 64), -(-(o // groups) // 64))
+    if mode == 2:  # chunks of at least 256 pixels (a multiple of the kernel's step, 16)
+        want = (32 if be.device.bridge.is_cpu else 1024) // (tiles[0] * tiles[1] * groups)
+        chunks = max(1, min(want, pixels // 256))
+        chunk = max(16, -(-pixels // chunks // 16) * 16)
+        chunks = -(-pixels // chunk)
+    if max(tiles) > 65535 or groups * chunks > 65535:
+        return False
+    words = [*x.shape, o, oh, ow, *kernel, *attrs["stride"], top, left, *attrs["dilation"],
+             groups, x.offset, second.offset, 0 if bias is None else bias.offset, chunks, chunk]
+    has_bias = bias is not None
+    fields = dict(MODE=mode, DECLS=("@group(1) @binding(3) var<storage, read> bias: "
+                                    "array<f32>;") if has_bias else "",
+                  STORE="fn store(i: i32, o: i32, v: f32) {\n    out[i] = "
+                  + ("v + bias[info[18] + o]" if has_bias else "v") + ";\n}")
+    k = compile_kernel(be.device, ("conv_gemm", mode, has_bias), "conv_gemm", lambda: (
+        render("conv_gemm.wgsl", **fields), "main", ("w", "r", "r") + ("r",) * has_bias))
+    dest = out if chunks == 1 else be.empty((chunks, *out.shape), out.dtype)
+    buffers = (dest.storage.gpu, x.storage.gpu, second.storage.gpu)
+    be.device.dispatch(k, buffers + ((bias.storage.gpu,) if has_bias else ()), words,
+                       (tiles[0], tiles[1], groups * chunks), be.cache)
+    if chunks > 1:
+        total = numel(out.shape)
+        k = compile_kernel(be.device, ("conv_gemm", "chunks_sum"), "conv_chunks_sum", lambda: (
+            render("conv_gemm.wgsl", **dict(fields, MODE=2, DECLS="", STORE=(
+                "fn store(i: i32, o: i32, v: f32) {}"))), "chunks_sum", ("w", "r")))
+        be.device.dispatch(k, (out.storage.gpu, dest.storage.gpu), [total, chunks],
+                           groups_1d(total), be.cache)
+    return True
+
+
+_CONV_MODES = {"conv2d": 0, "conv_transpose2d": 1, "conv2d_weight": 2}
+
+
+def _conv_kernels(be):
+    """The candidates, the default first: the implicit GEMM, or conv.wgsl's direct kernels
+    (one thread an output element: fewer passes over tiny problems). EMBER_WGPU_CONV=gemm|
+    direct forces one (benchmarks, tests)."""
+    forced = os.environ.get("EMBER_WGPU_CONV")
+    if forced:
+        if forced not in ("gemm", "direct"):
+            raise ValueError(f"EMBER_WGPU_CONV={forced!r}: expected gemm or direct")
+        return [forced]
+    return ["gemm", "direct"]
+
+
+def _convolve(be, name, x, second, shape, dtype, o, oh, ow, kernel, attrs, bias=None):
+    """One of the three convolutions into a new prim, by the kernel autotune picks."""
+    mode = _CONV_MODES[name]
+
+    def launch(choice):
+        out = be.empty(shape, dtype)
+        if choice == "direct" or not _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel,
+                                                attrs, bias):
+            groups = groups_1d(numel(shape), 1) if mode == 2 else groups_1d(numel(shape))
+            _conv(name, be, out, x, second, groups, o, oh, ow, kernel, attrs, bias)
+        return out
+    n, c = x.shape[:2]
+    key = (be.device.name, name, bucket(n * oh * ow), bucket(o), bucket(c * kernel[0] * kernel[1]),
+           attrs["groups"] > 1)
+    return launch(autotune.choose("wgpu.conv", key, _conv_kernels(be), launch, be.to_numpy,
+                                  be.sync))
+
+
+def _conv_runner(name):
+    """conv2d (with its bias, when given) and conv_transpose2d."""
     def run(be, op, inputs, attrs, shape, dtype):
         x, w = be.dense(inputs[0]), be.dense(inputs[1])
         bias = be.dense(inputs[2]) if len(inputs) > 2 else None
-        out = be.empty(shape, dtype)
-        if numel(shape):
-            _conv(entry, be, out, x, w, groups_1d(numel(shape)), shape[1], shape[2], shape[3],
-                  w.shape[2:], attrs, bias)
-        return out
+        if not numel(shape):
+            return be.empty(shape, dtype)
+        return _convolve(be, name, x, w, shape, dtype, shape[1], shape[2], shape[3],
+                         w.shape[2:], attrs, bias)
     return run
 
 
@@ -818,11 +890,10 @@ for _name in ("conv2d", "conv_transpose2d"):
 @kernel("conv2d_weight")
 def conv2d_weight(be, op, inputs, attrs, shape, dtype):
     x, g = be.dense(inputs[0]), be.dense(inputs[1])
-    out = be.empty(shape, dtype)
-    if numel(shape):
-        _conv("conv2d_weight", be, out, x, g, groups_1d(numel(shape), 1), g.shape[1],
-              g.shape[2], g.shape[3], attrs["kernel"], attrs)
-    return out
+    if not numel(shape):
+        return be.empty(shape, dtype)
+    return _convolve(be, "conv2d_weight", x, g, shape, dtype, g.shape[1], g.shape[2],
+                     g.shape[3], attrs["kernel"], attrs)
 
 
 def _max_pool2d_runner(values):
