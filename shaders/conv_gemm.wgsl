@@ -14,8 +14,9 @@
 // registers while this one is multiplied (as matmul_tiled.wgsl). Workgroups: (j tiles, m tiles,
 // groups * chunks).
 //
-// info: conv.wgsl's words [0..18], then [19] chunks [20] pixels a chunk (a multiple of BK).
-// STORE: the store of C's element (conv2d's bias and fused epilogue, kernels.conv_store_source).
+// info: conv.wgsl's words [0..18], then [19] chunks [20] pixels a chunk (a multiple of BK),
+// then the epilogue's words. STORE: the store of C's element, `store(i, n, o, p, v)` (conv2d's
+// bias and fused epilogue: kernels.conv_store_source), DECLS its bindings.
 //! include views.wgsl
 //! include lib.wgsl
 
@@ -199,7 +200,7 @@ fn store_row(g: i32, chunk: i32, m: i32, j: i32, v: vec4<f32>) {
             out[(chunk * O + o) * NJ + j + #l] = v[#l];
         } else {
             let n = (j + #l) / OHW;
-            store((n * O + o) * OHW + j + #l - n * OHW, o, v[#l]);
+            store((n * O + o) * OHW + j + #l - n * OHW, n, o, j + #l - n * OHW, v[#l]);
         }
     }
     //! end unroll

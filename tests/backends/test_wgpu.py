@@ -199,6 +199,29 @@ def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
             np.testing.assert_allclose(B.to_numpy(got), want, rtol=1e-4, atol=1e-4)
 
 
+def test_conv2d_runs_the_chain_after_it_in_its_epilogue():
+    """Fusion(Wgpu()): a conv2d (with or without its bias) and the elementwise ops after it
+    (a per-channel scale, a residual of the result's shape, relu) are one kernel, which also
+    writes the conv's own result where the caller keeps it."""
+    from ember.fusion import Fusion
+    from ember.nn import functional as F
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((2, 3, 9, 7)), rng.standard_normal((70, 3, 3, 3))
+    b, s = rng.standard_normal(70), rng.standard_normal((1, 70, 1, 1))
+    r = rng.standard_normal((2, 70, 5, 4))
+    for bias in (b, None):
+        def graph(be, bias=bias):
+            X, Wt, S, R = (t(a, backend=be) for a in (x, w, s, r))
+            y = F.conv2d(X, Wt, None if bias is None else t(bias, backend=be), stride=2,
+                         padding=1)
+            return (y * S + R).relu(), y
+        with ember.fusion.trace() as trace:
+            got = [out.to_numpy() for out in graph(Fusion(B))]
+        assert [k.ops for k in trace.kernels] == [("conv2d", "mul", "add", "relu")]
+        for a, want in zip(got, graph(NdArray())):
+            np.testing.assert_allclose(a, want.to_numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_shader_unroll_directive():
     from ember.backends.wgpu import kernels
     text = kernels._unroll("a\n    //! unroll i 3\n    x[#i] += #i;\n    //! end unroll\nb\n")

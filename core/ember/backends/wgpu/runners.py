@@ -779,6 +779,7 @@ def _matmul_epilogue(be, block, producer):
 
 
 EPILOGUES = {OPS["matmul"]: _matmul_epilogue}  # Op -> runner(be, block, producer j) or None
+# (conv2d's is added with the convolutions below)
 
 
 # ---- convolution and pooling (ember/ops/nn.py) --------------------------------------------------
@@ -800,11 +801,12 @@ def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs, bia
     return out
 
 
-def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None):
+def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, epilogue=None):
     """conv_gemm.wgsl's implicit GEMM (MODE 0 conv2d, 1 conv_transpose2d, 2 conv2d_weight)
     into out. conv2d_weight's sums over N*OH*OW run in chunks (enough workgroups to fill a
-    GPU: its C is only O x C/G*KH*KW), added up by a second dispatch. False where the
-    workgroup counts pass WebGPU's 65535 (conv.wgsl then)."""
+    GPU: its C is only O x C/G*KH*KW), added up by a second dispatch. `epilogue`: conv2d's
+    fused store (_conv_epilogue: key, its DECLS and STORE, buffers, words, signature). False
+    where the workgroup counts pass WebGPU's 65535 (conv.wgsl then)."""
     (top, _), (left, _) = attrs["padding"]
     groups = attrs["groups"]
     n, c = x.shape[:2]
@@ -821,24 +823,53 @@ def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None):
     words = [*x.shape, o, oh, ow, *kernel, *attrs["stride"], top, left, *attrs["dilation"],
              groups, x.offset, second.offset, 0 if bias is None else bias.offset, chunks, chunk]
     has_bias = bias is not None
-    fields = dict(MODE=mode, DECLS=("@group(1) @binding(3) var<storage, read> bias: "
-                                    "array<f32>;") if has_bias else "",
-                  STORE="fn store(i: i32, o: i32, v: f32) {\n    out[i] = "
-                  + ("v + bias[info[18] + o]" if has_bias else "v") + ";\n}")
-    k = compile_kernel(be.device, ("conv_gemm", mode, has_bias), "conv_gemm", lambda: (
-        render("conv_gemm.wgsl", **fields), "main", ("w", "r", "r") + ("r",) * has_bias))
+    key, decls, store, more, more_words, more_sig = epilogue or (
+        (), *kernels.conv_store_source(None, (), (), 0, has_bias), (), [], ())
+    fields = dict(MODE=mode, DECLS=decls, STORE=store)
+    k = compile_kernel(be.device, ("conv_gemm", mode, has_bias, *key), "conv_gemm", lambda: (
+        render("conv_gemm.wgsl", **fields), "main",
+        ("w", "r", "r") + ("r",) * has_bias + more_sig))
     dest = out if chunks == 1 else be.empty((chunks, *out.shape), out.dtype)
     buffers = (dest.storage.gpu, x.storage.gpu, second.storage.gpu)
-    be.device.dispatch(k, buffers + ((bias.storage.gpu,) if has_bias else ()), words,
-                       (tiles[0], tiles[1], groups * chunks), be.cache)
+    be.device.dispatch(k, buffers + ((bias.storage.gpu,) if has_bias else ()) + more,
+                       words + more_words, (tiles[0], tiles[1], groups * chunks), be.cache)
     if chunks > 1:
         total = numel(out.shape)
         k = compile_kernel(be.device, ("conv_gemm", "chunks_sum"), "conv_chunks_sum", lambda: (
-            render("conv_gemm.wgsl", **dict(fields, MODE=2, DECLS="", STORE=(
-                "fn store(i: i32, o: i32, v: f32) {}"))), "chunks_sum", ("w", "r")))
+            render("conv_gemm.wgsl", MODE=2, DECLS="", STORE=kernels.conv_store_source(
+                None, (), (), 0, False)[1]), "chunks_sum", ("w", "r")))
         be.device.dispatch(k, (out.storage.gpu, dest.storage.gpu), [total, chunks],
                            groups_1d(total), be.cache)
     return True
+
+
+def _conv_epilogue(be, block, producer):
+    """A Block whose producer is a conv2d (EPILOGUES): the rest of the chain in conv_gemm's
+    store; None where it cannot (not float32, too many buffers, a grid too large)."""
+    node, shape = block.nodes[producer], block.shape
+    epi = [m for j, m in enumerate(block.nodes) if j != producer]
+    ids = sorted({i[1] for m in epi for i in m.inputs if type(i) is tuple and i[0] == "leaf"})
+    has_bias = len(node.inputs) > 2
+    if (node.shape != shape or node.dtype != "float32" or numel(shape) == 0
+            or any(type(i) is not tuple or i[0] != "leaf" for i in node.inputs)
+            or {block.nodes[j].dtype for j in block.outputs} != {"float32"}
+            or 3 + has_bias + len(block.outputs) - 1 + len(ids) > _MAX_BUFFERS):
+        return None
+    x, w, *bias = (be.dense(block.leaves[i[1]]) for i in node.inputs)
+    leaves = [block.leaves[k] for k in ids]
+    dtypes = tuple(leaf.dtype for leaf in block.leaves)
+    decls, store = kernels.conv_store_source(block, dtypes, ids, producer, has_bias)
+    words = []
+    for leaf in leaves:
+        words += [leaf.offset, *broadcast_strides(leaf, shape)]
+    outs = [be.empty(shape, "float32") for _ in block.outputs]
+    epilogue = ((block.key(), dtypes), decls, store, tuple(
+        p.storage.gpu for p in outs[1:] + leaves), words + _scalar_words(block),
+        ("w",) * (len(outs) - 1) + ("r",) * len(leaves))
+    if not _conv_gemm(0, be, outs[0], x, w, shape[1], shape[2], shape[3], w.shape[2:],
+                      node.attrs, bias[0] if bias else None, epilogue):
+        return None
+    return outs
 
 
 _CONV_MODES = {"conv2d": 0, "conv_transpose2d": 1, "conv2d_weight": 2}
@@ -888,6 +919,7 @@ def _conv_runner(name):
 
 for _name in ("conv2d", "conv_transpose2d"):
     kernel(_name)(_conv_runner(_name))
+EPILOGUES[OPS["conv2d"]] = _conv_epilogue
 
 
 @kernel("conv2d_weight")
