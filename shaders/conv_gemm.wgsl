@@ -8,7 +8,7 @@
 //   MODE 2, conv2d_weight:    m: o, j: (c, ki, kj), k: the pixel (n, oh, ow) of g (the output
 //                             gradient), A = g, B = x's window elements; the pixels are split
 //                             into info[19] chunks of info[20], each chunk's sums stored apart
-//                             in out [chunks, O, C/G * KH * KW] (the entry `chunks_sum` adds them)
+//                             in out [chunks, O, C/G * KH * KW] (the host sums them then)
 // A workgroup of 16x16 invocations computes a 64x64 tile of C, 4x4 a thread, stepping BK=16
 // along k through two 4 KiB tiles in workgroup memory, the next step's elements loaded into
 // registers while this one is multiplied (as matmul_tiled.wgsl). Workgroups: (j tiles, m tiles,
@@ -240,21 +240,4 @@ fn load(pa: ptr<function, array<f32, 4>>, pb: ptr<function, array<f32, 4>>, kt: 
     (*pa)[#q] = weight(m0 + am + 16 * #q < og, m0 + am + 16 * #q, kt + ak, g);
     (*pb)[#q] = gather(b_ok, kt + bk + 4 * #q, xb, r0, q0);
     //! end unroll
-}
-
-// MODE 2's chunks added up: out [O, C/G * KH * KW] from x [chunks, O, C/G * KH * KW];
-// info[0] the elements of out, info[1] the chunks
-@compute @workgroup_size(256)
-fn chunks_sum(@builtin(global_invocation_id) gid: vec3<u32>,
-              @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = linear_index(gid, nwg);
-    let n = info[0];
-    if (i >= n) {
-        return;
-    }
-    var acc = 0.0;
-    for (var s = 0; s < info[1]; s++) {
-        acc += x[s * n + i];
-    }
-    out[i] = acc;
 }

@@ -804,7 +804,7 @@ def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs, bia
 def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, epilogue=None):
     """conv_gemm.wgsl's implicit GEMM (MODE 0 conv2d, 1 conv_transpose2d, 2 conv2d_weight)
     into out. conv2d_weight's sums over N*OH*OW run in chunks (enough workgroups to fill a
-    GPU: its C is only O x C/G*KH*KW), added up by a second dispatch. `epilogue`: conv2d's
+    GPU: its C is only O x C/G*KH*KW), added up by a sum's kernel. `epilogue`: conv2d's
     fused store (_conv_epilogue: key, its DECLS and STORE, buffers, words, signature). False
     where the workgroup counts pass WebGPU's 65535 (conv.wgsl then)."""
     (top, _), (left, _) = attrs["padding"]
@@ -814,7 +814,7 @@ def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, ep
     cols, chunks, chunk = (depth, 1, 0) if mode == 2 else (pixels, 1, 0)
     tiles = (-(-cols // 64), -(-(o // groups) // 64))
     if mode == 2:  # chunks of at least 256 pixels (a multiple of the kernel's step, 16)
-        want = (32 if be.device.bridge.is_cpu else 1024) // (tiles[0] * tiles[1] * groups)
+        want = (32 if be.device.bridge.is_cpu else 512) // (tiles[0] * tiles[1] * groups)
         chunks = max(1, min(want, pixels // 256))
         chunk = max(16, -(-pixels // chunks // 16) * 16)
         chunks = -(-pixels // chunk)
@@ -833,13 +833,10 @@ def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, ep
     buffers = (dest.storage.gpu, x.storage.gpu, second.storage.gpu)
     be.device.dispatch(k, buffers + ((bias.storage.gpu,) if has_bias else ()) + more,
                        words + more_words, (tiles[0], tiles[1], groups * chunks), be.cache)
-    if chunks > 1:
+    if chunks > 1:  # the chunks' sums added up: a sum over dim 0 of [chunks, elements]
         total = numel(out.shape)
-        k = compile_kernel(be.device, ("conv_gemm", "chunks_sum"), "conv_chunks_sum", lambda: (
-            render("conv_gemm.wgsl", MODE=2, DECLS="", STORE=kernels.conv_store_source(
-                None, (), (), 0, False)[1]), "chunks_sum", ("w", "r")))
-        be.device.dispatch(k, (out.storage.gpu, dest.storage.gpu), [total, chunks],
-                           groups_1d(total), be.cache)
+        _reduce_dispatch(be, "sum", out.dtype, out, dest, total, chunks, 0, [total], [1],
+                         [chunks], [total])
     return True
 
 
