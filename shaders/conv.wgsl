@@ -1,4 +1,5 @@
-// Direct 2-D convolutions over dense NCHW tensors, the three primitives of ember/ops/nn.py:
+// Direct 2-D convolutions over dense NCHW tensors, the three primitives of ember/ops/nn.py
+// (conv_gemm.wgsl computes them as implicit GEMMs; ember.autotune picks between the two):
 //   conv2d            out [N, O, OH, OW] = x [N, C, H, W] (*) w [O, C/G, KH, KW]
 //   conv_transpose2d  out [N, O, OH, OW] = the adjoint of conv2d in x: x [N, C, H, W],
 //                     w [C, O/G, KH, KW]

@@ -165,6 +165,63 @@ def test_every_matmul_kernel_on_edges_batches_and_views(monkeypatch, kernel):
                                atol=1e-4)
 
 
+@pytest.mark.parametrize("kernel", ["gemm", "direct"])
+def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
+    """conv2d (with a bias), conv_transpose2d and conv2d_weight, each kernel forced: channels
+    across conv_gemm.wgsl's 64x64 tiles and its BK=16 steps, strides, dilations, groups,
+    asymmetric padding, and weight gradients over enough pixels to run in chunks."""
+    from ember.ops import OPS
+    monkeypatch.setenv("EMBER_WGPU_CONV", kernel)
+    rng = np.random.default_rng(5)
+    cases = [  # x shape, O, kernel, stride, padding, dilation, groups
+        ((2, 3, 7, 6), 4, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
+        ((2, 4, 9, 8), 6, (3, 2), (2, 1), ((1, 0), (0, 2)), (1, 2), 2),
+        ((3, 6, 5, 5), 70, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),
+        ((2, 20, 12, 12), 8, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
+        ((4, 3, 16, 16), 5, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),  # 4 chunks
+    ]
+    for xs, o, kernel_hw, stride, padding, dilation, groups in cases:
+        attrs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = rng.standard_normal((o, xs[1] // groups, *kernel_hw)).astype(np.float32)
+        b = rng.standard_normal(o).astype(np.float32)
+        for args in ((x, w, b), (x, w)):
+            want = OPS["conv2d"].np(*args, **attrs)
+            got = B.execute(OPS["conv2d"], [B.from_numpy(a) for a in args], attrs, want.shape,
+                            "float32")
+            np.testing.assert_allclose(B.to_numpy(got), want, rtol=1e-4, atol=1e-4)
+        g = rng.standard_normal(want.shape).astype(np.float32)
+        for op, args, extra in ((OPS["conv_transpose2d"], (g, w), {}),
+                                (OPS["conv2d_weight"], (x, g), {"kernel": kernel_hw})):
+            want = op.np(*args, **attrs, **extra)
+            got = B.execute(op, [B.from_numpy(a) for a in args], dict(attrs, **extra),
+                            want.shape, "float32")
+            np.testing.assert_allclose(B.to_numpy(got), want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_runs_the_chain_after_it_in_its_epilogue():
+    """Fusion(Wgpu()): a conv2d (with or without its bias) and the elementwise ops after it
+    (a per-channel scale, a residual of the result's shape, relu) are one kernel, which also
+    writes the conv's own result where the caller keeps it."""
+    from ember.fusion import Fusion
+    from ember.nn import functional as F
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((2, 3, 9, 7)), rng.standard_normal((70, 3, 3, 3))
+    b, s = rng.standard_normal(70), rng.standard_normal((1, 70, 1, 1))
+    r = rng.standard_normal((2, 70, 5, 4))
+    for bias in (b, None):
+        def graph(be, bias=bias):
+            X, Wt, S, R = (t(a, backend=be) for a in (x, w, s, r))
+            y = F.conv2d(X, Wt, None if bias is None else t(bias, backend=be), stride=2,
+                         padding=1)
+            return (y * S + R).relu(), y
+        with ember.fusion.trace() as trace:
+            got = [out.to_numpy() for out in graph(Fusion(B))]
+        assert [k.ops for k in trace.kernels] == [("conv2d", "mul", "add", "relu")]
+        for a, want in zip(got, graph(NdArray())):
+            np.testing.assert_allclose(a, want.to_numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_shader_unroll_directive():
     from ember.backends.wgpu import kernels
     text = kernels._unroll("a\n    //! unroll i 3\n    x[#i] += #i;\n    //! end unroll\nb\n")

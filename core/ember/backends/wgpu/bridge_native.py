@@ -37,10 +37,11 @@ def _import_wgpu():
 
 
 class Pipeline:
-    __slots__ = ("handle", "signature", "layout")
+    __slots__ = ("handle", "signature", "layout", "raw")
 
     def __init__(self, handle, signature, layout):
         self.handle, self.signature, self.layout = handle, signature, layout
+        self.raw = getattr(handle, "_internal", None)  # wgpu-native's handle, for _record_raw
 
 
 def _pick_adapter(wgpu):
@@ -159,21 +160,24 @@ class NativeBridge(Bridge):
                                         "size": META_BLOCK}}])
 
     def _bind_group(self, pipeline, buffers, cache):
+        """(bind group, its wgpu-native handle) for the buffers, cached where `cache` allows."""
         if not cache:
-            return self.device.create_bind_group(layout=pipeline.layout, entries=[
+            group = self.device.create_bind_group(layout=pipeline.layout, entries=[
                 {"binding": i, "resource": b} for i, b in enumerate(buffers)])
-        key = (pipeline.signature, *map(id, buffers))
+            return group, getattr(group, "_internal", None)
+        # the key holds the buffers themselves (hashed by identity): a buffer's identity cannot
+        # be reused while its entry lives
+        key = (pipeline.layout, buffers)
         cached = self._bind_groups.get(key)
         if cached is not None:
             self._bind_groups.move_to_end(key)
-            return cached[0]
+            return cached
         group = self.device.create_bind_group(layout=pipeline.layout, entries=[
             {"binding": i, "resource": b} for i, b in enumerate(buffers)])
-        # the entry holds the buffers themselves: their ids cannot be reused while it lives
-        self._bind_groups[key] = (group, buffers)
+        cached = self._bind_groups[key] = (group, getattr(group, "_internal", None))
         if len(self._bind_groups) > _BIND_GROUP_CACHE:
             self._bind_groups.popitem(last=False)
-        return group
+        return cached
 
     def forget_bind_groups(self):
         self._bind_groups.clear()
@@ -192,7 +196,7 @@ class NativeBridge(Bridge):
                     compute.set_pipeline(pipeline.handle)
                     last = pipeline
                 compute.set_bind_group(0, meta_group, (offset,))
-                compute.set_bind_group(1, self._bind_group(pipeline, buffers, cache))
+                compute.set_bind_group(1, self._bind_group(pipeline, buffers, cache)[0])
                 compute.dispatch_workgroups(*groups)
         compute.end()
         self.queue.submit([encoder.finish()])
@@ -200,21 +204,23 @@ class NativeBridge(Bridge):
     def _record_raw(self, compute, commands):
         # wgpu-py wraps every native call in Python error capture (~15 us a call, three calls a
         # dispatch); recording calls report their errors through the encoder, which finish()
-        # raises, so the hot loop calls wgpu-native directly
+        # raises, so the hot loop calls wgpu-native directly, with the handles looked up once
+        # (a pipeline's at its creation, a bind group's with the group: ~1 us a dispatch less)
         ffi, lib = _RAW
         offsets = ffi.new("uint32_t[]", [c[2] for c in commands])
         set_pipeline = lib.wgpuComputePassEncoderSetPipeline
         set_group = lib.wgpuComputePassEncoderSetBindGroup
         dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
+        bind_group, null = self._bind_group, ffi.NULL
         encoder = compute._internal
         meta_group = self._meta_group._internal
         groups_used, last = [], None  # keeps the bind groups alive until the submission
         for k, (pipeline, buffers, _, groups, cache) in enumerate(commands):
             if pipeline is not last:
-                set_pipeline(encoder, pipeline.handle._internal)
+                set_pipeline(encoder, pipeline.raw)
                 last = pipeline
             set_group(encoder, 0, meta_group, 1, offsets + k)
-            group = self._bind_group(pipeline, buffers, cache)
+            group = bind_group(pipeline, buffers, cache)
             groups_used.append(group)
-            set_group(encoder, 1, group._internal, 0, ffi.NULL)
+            set_group(encoder, 1, group[1], 0, null)
             dispatch(encoder, *groups)

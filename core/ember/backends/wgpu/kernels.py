@@ -698,3 +698,34 @@ def epilogue_source(block, leaf_dtypes, leaf_ids, producer, vec, t):
     return ("\n".join(decls) + "\n\nfn epilogue_begin(z: i32) {\n"
             + "".join(f"    {line}\n" for line in begin) + "}\n\n" + head
             + "".join(f"    {line}\n" for line in code) + "}")
+
+
+def conv_store_source(block, leaf_dtypes, leaf_ids, producer, has_bias):
+    """conv_gemm.wgsl's ${DECLS} and ${STORE}: `store(i, n, o, p, v)` writes conv2d's element
+    i (image n, channel o, pixel p), its bias added. With a block, block.nodes[producer] is the
+    conv and the rest of the chain runs on it element by element, reading the leaves
+    `leaf_ids` (bound after the outputs as in0, in1, ...) through their strides in info (from
+    word 21: offset, then N, C, H, W strides, a leaf after the other); block.outputs are
+    stored (the first in out, then out1, out2, ...)."""
+    decls = ["@group(1) @binding(3) var<storage, read> bias: array<f32>;"] if has_bias else []
+    head = "fn store(i: i32, n: i32, o: i32, p: i32, v: f32) {\n"
+    acc = "v + bias[info[18] + o]" if has_bias else "v"
+    if block is None:
+        return "\n".join(decls), f"{head}    out[i] = {acc};\n}}"
+    first, nt, no = 3 + has_bias, len(leaf_ids), len(block.outputs)
+    decls += [f"@group(1) @binding({first + o - 1}) var<storage, read_write> out{o}: array<f32>;"
+              for o in range(1, no)]
+    decls += [f"@group(1) @binding({first + no - 1 + u}) var<storage, read> in{u}: "
+              f"array<{STORAGE[leaf_dtypes[k]]}>;" for u, k in enumerate(leaf_ids)]
+    scalars, body, _ = _chain_body(block, leaf_dtypes, {producer: "acc"})
+    code = [f"let acc = {acc};", "let oh = p / info[6];", "let ow = p - oh * info[6];",
+            f"let sb = {21 + 5 * nt};", *scalars]
+    for u, k in enumerate(leaf_ids):
+        w = 21 + 5 * u
+        at = (f"info[{w}] + n * info[{w + 1}] + o * info[{w + 2}] + oh * info[{w + 3}] "
+              f"+ ow * info[{w + 4}]")
+        code.append(f"let v{k} = " + (f"(in{u}[{at}] != 0u);" if leaf_dtypes[k] == "bool"
+                                      else f"in{u}[{at}];"))
+    code += [line for stmts in body for line in stmts]
+    code += [f"out{o if o else ''}[i] = r{j};" for o, j in enumerate(block.outputs)]
+    return "\n".join(decls), head + "".join(f"    {line}\n" for line in code) + "}"

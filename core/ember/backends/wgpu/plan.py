@@ -131,7 +131,7 @@ def compile_plan(be, steps, table, inputs, outputs, run=None):
         command = (kernel.pipeline, tuple(r[1] for r in refs), k * block, groups, cache)
         commands.append(command)
         if patched:
-            patches.append((k, tuple(refs)))
+            patches.append((k, (kernel.pipeline, k * block, groups, cache), tuple(refs)))
     limits = {}  # argument -> the size its indices must stay below
     for gpu, size in rec.checked:
         if gpu in arg_of:
@@ -226,9 +226,8 @@ class Runner:
         commands = self.commands
         if self.patches:
             commands = list(commands)
-            for k, refs in self.patches:
-                pipeline, _, offset, groups, cache = commands[k]
-                buffers = tuple(r if kind == 2 else bound_now[kind][r] for kind, r in refs)
+            for k, (pipeline, offset, groups, cache), refs in self.patches:
+                buffers = tuple([r if kind == 2 else bound_now[kind][r] for kind, r in refs])
                 commands[k] = (pipeline, buffers, offset, groups, cache)
         self.be.device.submit_plan(meta, commands)
         out = {}

@@ -522,8 +522,11 @@ def _reducer(name):
         kshape, (kstr,) = coalesce([x.shape[d] for d in kept], [[x.strides[d] for d in kept]])
         rshape, (rstr,) = coalesce([x.shape[d] for d in red], [[x.strides[d] for d in red]])
         # few outputs, long reductions: split each into chunks reduced by many workgroups,
-        # then reduce the chunks (sum, max and min only: their partial results are values)
-        chunks = min(256, n_red // 1024) if by_value and n_out < 256 else 1
+        # then reduce the chunks (sum, max and min only: their partial results are values).
+        # A GPU's chunks are a workgroup's (4096: BatchNorm's sums over [128, 32, 28, 28]
+        # took 175 us each in 1024-element chunks a thread, 12 workgroups, on the H200)
+        per = 1024 if be.device.bridge.is_cpu else 4096
+        chunks = min(256, n_red // per) if by_value and n_out < 256 else 1
         if chunks > 1:
             chunk = -(-n_red // chunks)
             chunks = -(-n_red // chunk)
@@ -848,6 +851,7 @@ def _matmul_epilogue(be, block, producer):
 
 
 EPILOGUES = {OPS["matmul"]: _matmul_epilogue}  # Op -> runner(be, block, producer j) or None
+# (conv2d's is added with the convolutions below)
 
 
 # ---- convolution and pooling (ember/ops/nn.py) --------------------------------------------------
@@ -869,32 +873,131 @@ def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs, bia
     return out
 
 
-def _conv_runner(entry):
-    """conv2d (with its bias, when given) and conv_transpose2d: one invocation per output
-    element, the shader's `entry`."""
+def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, epilogue=None):
+    """conv_gemm.wgsl's implicit GEMM (MODE 0 conv2d, 1 conv_transpose2d, 2 conv2d_weight)
+    into out. conv2d_weight's sums over N*OH*OW run in chunks (enough workgroups to fill a
+    GPU: its C is only O x C/G*KH*KW), added up by a sum's kernel. `epilogue`: conv2d's
+    fused store (_conv_epilogue: key, its DECLS and STORE, buffers, words, signature). False
+    where the workgroup counts pass WebGPU's 65535 (conv.wgsl then)."""
+    (top, _), (left, _) = attrs["padding"]
+    groups = attrs["groups"]
+    n, c = x.shape[:2]
+    pixels, depth = n * oh * ow, (c // groups) * kernel[0] * kernel[1]
+    cols, chunks, chunk = (depth, 1, 0) if mode == 2 else (pixels, 1, 0)
+    tiles = (-(-cols // 64), -(-(o // groups) // 64))
+    if mode == 2:  # chunks of at least 256 pixels (a multiple of the kernel's step, 16)
+        want = (32 if be.device.bridge.is_cpu else 512) // (tiles[0] * tiles[1] * groups)
+        chunks = max(1, min(want, pixels // 256))
+        chunk = max(16, -(-pixels // chunks // 16) * 16)
+        chunks = -(-pixels // chunk)
+    if max(tiles) > 65535 or groups * chunks > 65535:
+        return False
+    words = [*x.shape, o, oh, ow, *kernel, *attrs["stride"], top, left, *attrs["dilation"],
+             groups, x.offset, second.offset, 0 if bias is None else bias.offset, chunks, chunk]
+    has_bias = bias is not None
+    key, decls, store, more, more_words, more_sig = epilogue or (
+        (), *kernels.conv_store_source(None, (), (), 0, has_bias), (), [], ())
+    fields = dict(MODE=mode, DECLS=decls, STORE=store)
+    k = compile_kernel(be.device, ("conv_gemm", mode, has_bias, *key), "conv_gemm", lambda: (
+        render("conv_gemm.wgsl", **fields), "main",
+        ("w", "r", "r") + ("r",) * has_bias + more_sig))
+    dest = out if chunks == 1 else be.empty((chunks, *out.shape), out.dtype)
+    buffers = (dest.storage.gpu, x.storage.gpu, second.storage.gpu)
+    be.device.dispatch(k, buffers + ((bias.storage.gpu,) if has_bias else ()) + more,
+                       words + more_words, (tiles[0], tiles[1], groups * chunks), be.cache)
+    if chunks > 1:  # the chunks' sums added up: a sum over dim 0 of [chunks, elements]
+        total = numel(out.shape)
+        _reduce_dispatch(be, "sum", out.dtype, out, dest, total, chunks, 0, [total], [1],
+                         [chunks], [total])
+    return True
+
+
+def _conv_epilogue(be, block, producer):
+    """A Block whose producer is a conv2d (EPILOGUES): the rest of the chain in conv_gemm's
+    store; None where it cannot (not float32, too many buffers, a grid too large)."""
+    node, shape = block.nodes[producer], block.shape
+    epi = [m for j, m in enumerate(block.nodes) if j != producer]
+    ids = sorted({i[1] for m in epi for i in m.inputs if type(i) is tuple and i[0] == "leaf"})
+    has_bias = len(node.inputs) > 2
+    if (node.shape != shape or node.dtype != "float32" or numel(shape) == 0
+            or any(type(i) is not tuple or i[0] != "leaf" for i in node.inputs)
+            or {block.nodes[j].dtype for j in block.outputs} != {"float32"}
+            or 3 + has_bias + len(block.outputs) - 1 + len(ids) > _MAX_BUFFERS):
+        return None
+    x, w, *bias = (be.dense(block.leaves[i[1]]) for i in node.inputs)
+    leaves = [block.leaves[k] for k in ids]
+    dtypes = tuple(leaf.dtype for leaf in block.leaves)
+    decls, store = kernels.conv_store_source(block, dtypes, ids, producer, has_bias)
+    words = []
+    for leaf in leaves:
+        words += [leaf.offset, *broadcast_strides(leaf, shape)]
+    outs = [be.empty(shape, "float32") for _ in block.outputs]
+    epilogue = ((block.key(), dtypes), decls, store, tuple(
+        p.storage.gpu for p in outs[1:] + leaves), words + _scalar_words(block),
+        ("w",) * (len(outs) - 1) + ("r",) * len(leaves))
+    if not _conv_gemm(0, be, outs[0], x, w, shape[1], shape[2], shape[3], w.shape[2:],
+                      node.attrs, bias[0] if bias else None, epilogue):
+        return None
+    return outs
+
+
+_CONV_MODES = {"conv2d": 0, "conv_transpose2d": 1, "conv2d_weight": 2}
+
+
+def _conv_kernels(be):
+    """The candidates, the default first: the implicit GEMM, or conv.wgsl's direct kernels
+    (one thread an output element: fewer passes over tiny problems). EMBER_WGPU_CONV=gemm|
+    direct forces one (benchmarks, tests)."""
+    forced = os.environ.get("EMBER_WGPU_CONV")
+    if forced:
+        if forced not in ("gemm", "direct"):
+            raise ValueError(f"EMBER_WGPU_CONV={forced!r}: expected gemm or direct")
+        return [forced]
+    return ["gemm", "direct"]
+
+
+def _convolve(be, name, x, second, shape, dtype, o, oh, ow, kernel, attrs, bias=None):
+    """One of the three convolutions into a new prim, by the kernel autotune picks."""
+    mode = _CONV_MODES[name]
+
+    def launch(choice):
+        out = be.empty(shape, dtype)
+        if choice == "direct" or not _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel,
+                                                attrs, bias):
+            groups = groups_1d(numel(shape), 1) if mode == 2 else groups_1d(numel(shape))
+            _conv(name, be, out, x, second, groups, o, oh, ow, kernel, attrs, bias)
+        return out
+    n, c = x.shape[:2]
+    key = (be.device.name, name, bucket(n * oh * ow), bucket(o), bucket(c * kernel[0] * kernel[1]),
+           attrs["groups"] > 1)
+    return launch(autotune.choose("wgpu.conv", key, _conv_kernels(be), launch, be.to_numpy,
+                                  be.sync))
+
+
+def _conv_runner(name):
+    """conv2d (with its bias, when given) and conv_transpose2d."""
     def run(be, op, inputs, attrs, shape, dtype):
         x, w = be.dense(inputs[0]), be.dense(inputs[1])
         bias = be.dense(inputs[2]) if len(inputs) > 2 else None
-        out = be.empty(shape, dtype)
-        if numel(shape):
-            _conv(entry, be, out, x, w, groups_1d(numel(shape)), shape[1], shape[2], shape[3],
-                  w.shape[2:], attrs, bias)
-        return out
+        if not numel(shape):
+            return be.empty(shape, dtype)
+        return _convolve(be, name, x, w, shape, dtype, shape[1], shape[2], shape[3],
+                         w.shape[2:], attrs, bias)
     return run
 
 
 for _name in ("conv2d", "conv_transpose2d"):
     kernel(_name)(_conv_runner(_name))
+EPILOGUES[OPS["conv2d"]] = _conv_epilogue
 
 
 @kernel("conv2d_weight")
 def conv2d_weight(be, op, inputs, attrs, shape, dtype):
     x, g = be.dense(inputs[0]), be.dense(inputs[1])
-    out = be.empty(shape, dtype)
-    if numel(shape):
-        _conv("conv2d_weight", be, out, x, g, groups_1d(numel(shape), 1), g.shape[1],
-              g.shape[2], g.shape[3], attrs["kernel"], attrs)
-    return out
+    if not numel(shape):
+        return be.empty(shape, dtype)
+    return _convolve(be, "conv2d_weight", x, g, shape, dtype, g.shape[1], g.shape[2],
+                     g.shape[3], attrs["kernel"], attrs)
 
 
 def _max_pool2d_runner(values):
