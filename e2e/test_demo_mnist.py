@@ -231,6 +231,7 @@ def test_mnist_page_is_not_sure_of_a_tap_or_a_blob_and_keeps_class_order(page):
 
 def test_mnist_page_samples_are_buttons_and_its_text_has_aa_contrast(page):
     assert wait_ready(page, "demos/mnist/") == "ready"
+    page.wait_for_function("() => !document.querySelector('#model-source').disabled")
     assert page.evaluate(CONTRAST) == []
     samples = page.locator("#samples .sample")
     assert samples.count() == 10

@@ -46,7 +46,7 @@ def test_trains_stops_resumes_and_its_weights_load_natively(page, tmp_path):
     assert page.text_content("#status") == "training"
     speed = page.text_content("#speed")
     assert "samples/s" in speed and "left" in speed, speed
-    assert 0 < float(page.get_attribute("#progress", "value")) < 1
+    assert 0 < page.eval_on_selector("#progress", "p => p.value") < 1
     _stop(page)
     assert page.text_content("#status") == "stopped"
     first = _step(page)

@@ -249,7 +249,8 @@ function classify() {
         showInput(p, m.info.width, m.info.height);
         const r = result(await model.run(`await _own_predict(${JSON.stringify(model.backend())}, ` +
                                          `${JSON.stringify(b64(p))}, ${JSON.stringify($("onnx-normalize").value)})`));
-        model.show(r.probs, r.ms, doubt(preview, toInput(preview)));
+        // (the user's model: its calibration is unknown, so no confidence threshold)
+        model.show(r.probs, r.ms, doubt(preview, toInput(preview)), 0);
       } else {
         const p = toInput(preview);
         showInput(p);

@@ -70,20 +70,6 @@ async function webgpuReason() {
   }
 }
 
-// The last prediction's words for a screen reader, set only when asked (announce()), so that
-// live predictions while drawing do not flood it: #announce, an aria-live region.
-function announcer() {
-  let el = $("announce");
-  if (!el) {
-    el = document.createElement("p");
-    el.id = "announce";
-    el.className = "visually-hidden";
-    el.setAttribute("aria-live", "polite");
-    document.body.append(el);
-  }
-  return el;
-}
-
 // A label is given only when the model is fairly sure; below this top probability the page says
 // "not sure" and names the two likeliest classes instead.
 export const SURE = 0.5;
@@ -189,7 +175,9 @@ export function startClassifier({ model, labels, top = labels.length, ranked = f
   }
 
   let spoken = "";
-  function show(p, ms, doubt = null) {
+  // sure: the top probability below which to say "not sure" (0: never, for a model whose
+  // calibration the page does not know)
+  function show(p, ms, doubt = null, sure = SURE) {
     const order = p.map((v, i) => i).sort((a, b) => p[b] - p[a]);
     order.forEach((i, rank) => {
       const row = rows[i];
@@ -201,7 +189,7 @@ export function startClassifier({ model, labels, top = labels.length, ranked = f
       row.querySelector(".value").textContent = `${(100 * p[i]).toFixed(1)}%`;
     });
     const [a, b] = order, pct = (i) => `${labels[i]} (${(100 * p[i]).toFixed(0)}%)`;
-    const why = doubt ?? (p[a] < SURE ? `the model is unsure: ${pct(a)} or ${pct(b)}` : null);
+    const why = doubt ?? (p[a] < sure ? `the model is unsure: ${pct(a)} or ${pct(b)}` : null);
     prediction.textContent = why ? "not sure" : labels[a];
     prediction.dataset.label = labels[a];
     prediction.dataset.sure = String(!why);
@@ -241,9 +229,10 @@ export function startClassifier({ model, labels, top = labels.length, ranked = f
     show(p, ms, doubt);
     return { probs: p, ms, backend };
   }
-  // say the shown prediction (or `text`) once in #announce
+  // say the shown prediction (or `text`) in #announce, the page's aria-live region: only when
+  // asked, so that live predictions while drawing do not flood a screen reader
   function announce(text = spoken) {
-    const el = announcer();
+    const el = $("announce");
     if (text && el.textContent !== text) el.textContent = text;
   }
   return { ready, predict, reset, announce, setSource, onBackend: (f) => listeners.push(f),

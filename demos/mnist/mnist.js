@@ -303,12 +303,12 @@ async function describeTrained() {
   const rec = await trainedRecord();
   option.disabled = !rec;
   if (!rec) {
-    option.textContent = "trained in this browser (none yet)";
+    option.textContent = "trained here (none yet)";
     sourceNote.innerHTML = 'Train one in <a href="../train/">the training page</a> to use it here.';
     return null;
   }
   const when = new Date(rec.saved).toLocaleString();
-  option.textContent = `trained in this browser (${(100 * rec.accuracy).toFixed(1)}%)`;
+  option.textContent = `trained here (${(100 * rec.accuracy).toFixed(1)}%)`;
   sourceNote.textContent = sourceSelect.value === "trained"
     ? `The model trained in /demos/train/ (${rec.steps} steps on ${rec.backend}, ` +
       `${(100 * rec.accuracy).toFixed(1)}% on ${rec.valid} test digits), saved ${when}.` : "";
@@ -342,6 +342,7 @@ async function useSource(name) {
 sourceSelect.addEventListener("change", () => useSource(sourceSelect.value));
 model.ready.then(async () => {
   const rec = await describeTrained();
+  sourceSelect.disabled = false;
   if (rec && new URLSearchParams(location.search).get("model") === "trained") {
     await useSource("trained");
   }

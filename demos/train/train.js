@@ -134,21 +134,23 @@ function duration(s) {
 
 let pending = "";
 let speed = null;  // {step, elapsed} of the last step line
+let epochs = null;  // of this fit, from its "start" line
 function onLine(line) {
   if (!line.startsWith("{")) return;
   const e = JSON.parse(line);
+  if (e.event === "start") epochs = e.epochs;
   if (e.event === "step") {
     const m = e.metrics;
     curves.loss.push([e.step, m.Loss]);
     curves.acc.push([e.step, m.Accuracy]);
-    $("epoch").textContent = `${e.epoch + 1} of ${$("epochs").value}, batch ${e.batch}/${e.batches}`;
+    $("epoch").textContent = `${e.epoch + 1} of ${epochs ?? $("epochs").value}, batch ${e.batch}/${e.batches}`;
     $("loss").textContent = m.Loss.toFixed(4);
     const acc = $("accuracy");
     acc.textContent = `${(100 * m.Accuracy).toFixed(1)}% (train, running)`;
     acc.dataset.value = String(m.Accuracy);
     acc.dataset.split = "train";
-    if (e.batches && e.epochs) {
-      $("progress").value = Math.min(1, (e.epoch * e.batches + e.batch) / (e.epochs * e.batches));
+    if (e.batches && epochs) {
+      $("progress").value = Math.min(1, (e.epoch * e.batches + e.batch) / (epochs * e.batches));
     }
     if (speed && e.elapsed > speed.elapsed) {
       const rate = (e.step - speed.step) * BATCH / (e.elapsed - speed.elapsed);
