@@ -60,14 +60,33 @@ function b64(bytes) {
   return btoa(s);
 }
 
-async function webgpuReason() {
-  if (!("gpu" in navigator)) return "this browser has no WebGPU";
+// {why} where the page has no WebGPU; {software} true where its adapter is a CPU emulation
+// (SwiftShader, llvmpipe): usable, but slower than the cpu backend, and the selector says so
+export async function webgpuReason() {
+  if (!("gpu" in navigator)) return { why: "this browser has no WebGPU" };
   try {
     const adapter = await navigator.gpu.requestAdapter();
-    return adapter ? null : "WebGPU: no adapter available";
+    if (!adapter) return { why: "WebGPU: no adapter available" };
+    const info = adapter.info ?? {};
+    const text = `${info.vendor ?? ""} ${info.architecture ?? ""} ${info.description ?? ""}`;
+    return { software: !!info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe/i.test(text) };
   } catch (e) {
-    return `WebGPU: ${e.message}`;
+    return { why: `WebGPU: ${e.message}` };
   }
+}
+
+// the backend selector's webgpu option, told what webgpuReason found; the reason, or null
+export function describeWebgpu(select, reason, { why, software }) {
+  const option = select.querySelector('option[value="webgpu"]');
+  if (why) {
+    option.disabled = true;
+    option.textContent = "webgpu (unavailable)";
+    reason.textContent = why;
+  } else if (software) {
+    option.textContent = "webgpu (software)";
+    reason.textContent = "This WebGPU is a software adapter: slower than cpu.";
+  }
+  return why ?? null;
 }
 
 // A label is given only when the model is fairly sure; below this top probability the page says
@@ -82,15 +101,7 @@ export const SURE = 0.5;
 export function startClassifier({ model, labels, top = labels.length, ranked = false }) {
   const select = $("backend"), reason = $("backend-reason");
   let backend = "cpu", source = "shipped";
-  const gpu = webgpuReason().then((why) => {
-    const option = select.querySelector('option[value="webgpu"]');
-    if (why) {
-      option.disabled = true;
-      option.textContent = "webgpu (unavailable)";
-      reason.textContent = why;
-    }
-    return why;
-  });
+  const gpu = webgpuReason().then((found) => describeWebgpu(select, reason, found));
 
   const probs = $("probabilities"), prediction = $("prediction"), note = $("prediction-note");
   const build = () => labels.map((label) => {

@@ -309,9 +309,11 @@ async function describeTrained() {
   }
   const when = new Date(rec.saved).toLocaleString();
   option.textContent = `trained here (${(100 * rec.accuracy).toFixed(1)}%)`;
+  const what = `${rec.steps} steps on ${rec.backend}, ${(100 * rec.accuracy).toFixed(1)}% on ` +
+    `${rec.valid} test digits, saved ${when}`;
   sourceNote.textContent = sourceSelect.value === "trained"
-    ? `The model trained in /demos/train/ (${rec.steps} steps on ${rec.backend}, ` +
-      `${(100 * rec.accuracy).toFixed(1)}% on ${rec.valid} test digits), saved ${when}.` : "";
+    ? `The model trained in /demos/train/ (${what}).`
+    : `A model trained in this browser is there too (${what}): choose it above.`;
   return rec;
 }
 

@@ -9,6 +9,7 @@
 // /demos/mnist/, store.js; #use-note's data-saved: the steps saved).
 import { loadEmber } from "../../web/ember.js";
 import { saveTrained } from "./store.js";
+import { describeWebgpu, webgpuReason } from "../mnist/classifier.js";
 
 const $ = (id) => document.getElementById(id);
 const BATCH = 64;
@@ -71,20 +72,6 @@ function setStatus(text) {
   const status = $("status");
   status.textContent = text;
   status.classList.toggle("error", text.startsWith("error"));
-}
-
-async function webgpuReason() {
-  if (!("gpu" in navigator)) return { why: "this browser has no WebGPU" };
-  try {
-    const adapter = await navigator.gpu.requestAdapter();
-    if (!adapter) return { why: "WebGPU: no adapter available" };
-    const info = adapter.info ?? {};
-    const text = `${info.vendor ?? ""} ${info.architecture ?? ""} ${info.description ?? ""}`;
-    const software = info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe/i.test(text);
-    return { software };
-  } catch (e) {
-    return { why: `WebGPU: ${e.message}` };
-  }
 }
 
 // ---- the curves ----------------------------------------------------------------------------
@@ -278,16 +265,7 @@ select.addEventListener("change", () => {
   start.textContent = "Start";
 });
 
-webgpuReason().then(({ why, software }) => {
-  const option = select.querySelector('option[value="webgpu"]');
-  if (why) {
-    option.disabled = true;
-    option.textContent = "webgpu (unavailable)";
-    $("backend-reason").textContent = why;
-  } else if (software) {
-    option.textContent = "webgpu (software adapter: slower than cpu)";
-  }
-});
+webgpuReason().then((found) => describeWebgpu(select, $("backend-reason"), found));
 
 ember.then(() => run(SETUP)).then(() => {
   setStatus("ready");
