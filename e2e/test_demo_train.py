@@ -1,10 +1,13 @@
 """/demos/train/: ember's Learner trains a small ConvNet on the site's MNIST digits inside the
-page (a Web Worker), offline; stop and resume; the weights the page offers load natively with
-record.load and reach the validation accuracy the page showed."""
+page (a Web Worker), offline; stop and resume; progress with samples/s and the time left; the
+weights the page offers load natively with record.load and reach the validation accuracy the
+page showed; "use in the drawing demo" keeps them in IndexedDB and the drawing page predicts
+with them (as ember does natively with the downloaded file); 390 px with touch; AA contrast."""
 
 import numpy as np
 import pytest
 from conftest import wait_ready
+from test_demo_mnist import CONTRAST, WIDE, phone
 
 import ember
 from ember import data, record, train
@@ -12,6 +15,7 @@ from ember.backend import NdArray
 from ember.models import ConvNet
 
 PAGE = "demos/train/"
+STEPS = 150  # per run: two runs (stop, resume) make a few hundred steps
 
 
 def _step(page):
@@ -36,22 +40,27 @@ def _stop(page):
 def test_trains_stops_resumes_and_its_weights_load_natively(page, tmp_path):
     assert wait_ready(page, PAGE) == "ready"
     page.select_option("#epochs", "3")
+    assert page.evaluate(CONTRAST) == []
     page.click("#start")
-    _train_until(page, 60)
+    _train_until(page, STEPS)
     assert page.text_content("#status") == "training"
+    speed = page.text_content("#speed")
+    assert "samples/s" in speed and "left" in speed, speed
+    assert 0 < page.eval_on_selector("#progress", "p => p.value") < 1
     _stop(page)
     assert page.text_content("#status") == "stopped"
     first = _step(page)
     points = int(page.get_attribute("#chart", "data-points"))
-    assert points == first >= 60
+    assert points == first >= STEPS
     losses = [float(page.text_content("#loss"))]
     assert page.text_content("#start") == "Resume"
 
     page.click("#start")  # resumes the same learner: the step count goes on
-    _train_until(page, first + 60)
+    _train_until(page, first + STEPS)
     _stop(page)
     second = _step(page)
-    assert second >= first + 60 and int(page.get_attribute("#chart", "data-points")) == second
+    print(f"trained {second} steps in the page; speed: {speed}")
+    assert second >= first + STEPS and int(page.get_attribute("#chart", "data-points")) == second
     losses.append(float(page.text_content("#loss")))
     assert all(np.isfinite(losses)) and losses[-1] < 2.0  # it learns (chance: ln 10 = 2.3)
     assert page.get_attribute("#accuracy", "data-split") == "valid"
@@ -69,6 +78,50 @@ def test_trains_stops_resumes_and_its_weights_load_natively(page, tmp_path):
     native = learner.validate(data.DataLoader(valid, batch_size=256))["Accuracy"]
     # the page's WebAssembly kernels and native C round differently: a digit or two may flip
     assert native == pytest.approx(shown, abs=2 / 512)
+    assert page.evaluate(CONTRAST) == []
+
+    # "use in the drawing demo": kept in IndexedDB, the drawing page switches to it
+    page.click("#use-in-demo")
+    page.wait_for_function(f"() => document.querySelector('#use-note').dataset.saved === "
+                           f"'{second}'")
+    page.click("#open-demo")
+    assert wait_ready(page, "demos/mnist/?model=trained") == "ready"
+    page.wait_for_function("() => document.querySelector('#model-source').value === 'trained'"
+                           " && !document.querySelector('#model-source').disabled")
+    assert f"{second} steps on cpu" in page.text_content("#model-note")
+    page.click("#samples .sample[data-label='4']")
+    probs = _drawn(page, "trained")
+    x = _input(page)
+    fresh = ConvNet(channels=(8, 16), hidden=64, backend=NdArray())
+    trained = _probs(record.load(fresh, path).eval(), x)
+    shipped = _probs(ember.models.load("mnist"), x)
+    print("page (trained):", probs.round(4), "\nnative trained:", trained.round(4))
+    assert np.abs(probs - trained).max() < 1e-3  # the model just trained, as ember runs it
+    assert np.abs(probs - shipped).max() > 1e-2  # and not the shipped one
+    page.select_option("#model-source", "shipped")  # and back
+    assert np.abs(_drawn(page, "shipped") - shipped).max() < 1e-3
+
+
+def _drawn(page, source):
+    """The drawing page's probabilities once up to date for the drawing and `source`."""
+    page.wait_for_function("s => { const p = document.querySelector('#prediction'); return "
+                           "p.dataset.source === s && p.dataset.version === document."
+                           "querySelector('#draw-canvas').dataset.version; }", arg=source)
+    return np.array(page.eval_on_selector_all("#probabilities [data-label]",
+                                              "els => els.map(e => +e.dataset.prob)"))
+
+
+def _input(page):
+    """The drawing page's 28x28 model input (#input-28), float32 [1, 1, 28, 28] in [0, 1]."""
+    gray = page.eval_on_selector("#input-28", "c => Array.from(c.getContext('2d')"
+                                 ".getImageData(0, 0, 28, 28).data.filter((_, i) => i % 4 === 0))")
+    return (np.array(gray, np.float32) / 255).reshape(1, 1, 28, 28)
+
+
+def _probs(model, x):
+    logits = model(ember.Tensor.from_data(x)).to_numpy()[0].astype(np.float64)
+    p = np.exp(logits - logits.max())
+    return p / p.sum()
 
 
 def test_trains_on_webgpu(page):
@@ -82,3 +135,23 @@ def test_trains_on_webgpu(page):
     assert page.text_content("#status") == "stopped"
     assert np.isfinite(float(page.text_content("#loss")))
     assert int(page.get_attribute("#chart", "data-points")) == _step(page) >= 20
+
+
+def test_the_training_page_at_390px_with_touch(browser, server):
+    context, pg, errors, outside = phone(browser, server)
+    try:
+        assert wait_ready(pg, PAGE) == "ready"
+        scroll_width, width, wide = pg.evaluate(WIDE)
+        assert width == 390 and scroll_width <= width and not wide, (scroll_width, wide)
+        pg.tap("#start")
+        _train_until(pg, 5)
+        pg.tap("#stop")
+        pg.wait_for_function("() => document.querySelector('#status').textContent === "
+                             "'stopped'", timeout=600_000)
+        assert int(pg.get_attribute("#chart", "data-points")) == _step(pg) >= 5
+        scroll_width, width, wide = pg.evaluate(WIDE)
+        assert scroll_width <= width and not wide, (scroll_width, wide)
+    finally:
+        context.close()
+    assert not errors, errors
+    assert not outside, outside

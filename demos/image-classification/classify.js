@@ -4,13 +4,15 @@
 // in the wheel, or a classifier the user brings as an ONNX file (ember.onnx.load in the page's
 // Pyodide, on the same backend); top-5 labels. #preview's data-version counts the images chosen,
 // #model-name's data-model the models chosen; #prediction's data-version and data-model are
-// the image and the model its label belongs to.
+// the image and the model its label belongs to. Every choice and drop is answered: a prediction,
+// "not sure" (an image too small or too flat to show anything), or an error in #image-status that
+// clears the previous result.
 import { startClassifier } from "../mnist/classifier.js";
 
 const $ = (id) => document.getElementById(id);
 const LABELS = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
                 "Sneaker", "Bag", "Ankle boot"];
-const model = startClassifier({ model: "fashion-mnist", labels: LABELS, top: 5 });
+const model = startClassifier({ model: "fashion-mnist", labels: LABELS, top: 5, ranked: true });
 const preview = $("preview"), prediction = $("prediction");
 let version = 0, objectURL = null;
 
@@ -62,6 +64,20 @@ export function toInput(img, S = 28) {
     }
   }
   return out;
+}
+
+// Why not to trust an image before any model sees it: Fashion-MNIST's pictures are 28x28 with
+// the garment in strong contrast to its background; an image of less than half that size, or
+// one (almost) a single flat colour (its 28x28 input's pixels spread by less than 3% of the
+// range), holds nothing a classifier could recognise, whatever it answers.
+export function doubt(img, pixels) {
+  const w = img.naturalWidth, h = img.naturalHeight;
+  if (Math.max(w, h) < 14) return `the image is only ${w}x${h} pixels: too small to show anything`;
+  let sum = 0, sq = 0;
+  for (const v of pixels) { sum += v; sq += v * v; }
+  const mean = sum / pixels.length, spread = Math.sqrt(Math.max(0, sq / pixels.length - mean * mean));
+  if (spread < 0.03 * 255) return "the image is almost one flat colour: nothing to recognise";
+  return null;
 }
 
 // The user's own classifier, kept in the worker's Python beside the shipped model (_backends,
@@ -225,7 +241,7 @@ let running = Promise.resolve();
 function classify() {
   const v = version;
   running = running.then(async () => {
-    if (v !== version || decoded !== v) return;
+    if (!v || v !== version || decoded !== v) return;
     const m = own, k = models;
     try {
       if (m) {
@@ -233,17 +249,19 @@ function classify() {
         showInput(p, m.info.width, m.info.height);
         const r = result(await model.run(`await _own_predict(${JSON.stringify(model.backend())}, ` +
                                          `${JSON.stringify(b64(p))}, ${JSON.stringify($("onnx-normalize").value)})`));
-        model.show(r.probs, r.ms);
+        // (the user's model: its calibration is unknown, so no confidence threshold)
+        model.show(r.probs, r.ms, doubt(preview, toInput(preview)), 0);
       } else {
         const p = toInput(preview);
         showInput(p);
-        await model.predict(p);
+        await model.predict(p, doubt(preview, p));
       }
+      model.announce();
     } catch (e) {
       console.warn(e);
       if (m) {
         note(`error: ${lastLine(e)}`);
-        prediction.textContent = "–";
+        model.reset();
       }
     }
     if (v === version) {
@@ -314,41 +332,72 @@ function useShipped() {
   classify();
 }
 
-async function choose(src) {
+const imageStatus = $("image-status"), empty = $("preview-empty"), input = $("image-input");
+
+// a new image (or a failed try) supersedes whatever was shown: its version
+function begin() {
   version += 1;
   preview.dataset.version = String(version);
-  const v = version;
+  imageStatus.textContent = "";
+  imageStatus.classList.remove("error");
+  return version;
+}
+
+// an error replaces the previous result: no image, no bars, the reason
+function failImage(v, text) {
+  if (v !== version) return;
+  preview.hidden = true;
+  preview.removeAttribute("src");
+  empty.hidden = false;
+  $("input-28").getContext("2d").clearRect(0, 0, 28, 28);
+  model.reset();
+  imageStatus.textContent = `error: ${text}`;
+  imageStatus.classList.add("error");
+  prediction.dataset.version = String(v);
+  prediction.dataset.model = String(models);
+  model.announce(`Error: ${text}`);
+}
+
+async function choose(src, name) {
+  const v = begin();
   preview.src = src;
   try {
     await preview.decode();
   } catch {
-    if (v === version) {
-      prediction.textContent = "not an image this browser can read";
-      prediction.dataset.version = String(v);
-      prediction.dataset.model = String(models);
-    }
+    failImage(v, `${name} is not an image this browser can read: choose a PNG or JPEG`);
     return;
   }
   if (v !== version) return;
+  preview.hidden = false;
+  empty.hidden = true;
   decoded = v;
   await classify();
 }
 
+const isImage = (f) => f.type ? f.type.startsWith("image/") : /\.(png|jpe?g|gif|webp|bmp)$/i.test(f.name);
+
 function chooseFile(file) {
-  if (!file) return;
+  input.value = "";  // so that choosing the same file again is a change too
+  if (!isImage(file)) {
+    failImage(begin(), `${file.name} is not an image (${file.type || "unknown type"}): ` +
+                       "choose a PNG or JPEG");
+    return;
+  }
   if (objectURL) URL.revokeObjectURL(objectURL);
   objectURL = URL.createObjectURL(file);
-  choose(objectURL);
+  choose(objectURL, file.name);
 }
 
-$("image-input").addEventListener("change", (e) => chooseFile(e.target.files[0]));
+input.addEventListener("change", () => { if (input.files[0]) chooseFile(input.files[0]); });
 $("onnx-input").addEventListener("change", (e) => openOwn(e.target.files[0]));
 $("labels-input").addEventListener("change", (e) => openLabels(e.target.files[0]));
 $("onnx-normalize").addEventListener("change", () => { if (own) classify(); });
 $("model-builtin").addEventListener("click", useShipped);
 for (const s of document.querySelectorAll(".sample")) {
-  s.addEventListener("click", () => choose(s.src));
-  s.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") choose(s.src); });
+  s.addEventListener("click", () => {
+    input.value = "";
+    choose(s.querySelector("img").src, `the sample ${s.dataset.label}`);
+  });
 }
 const zone = $("drop-zone");
 zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
@@ -359,7 +408,8 @@ zone.addEventListener("drop", (e) => {
   const files = [...e.dataTransfer.files];
   const onnx = files.find((f) => f.name.toLowerCase().endsWith(".onnx"));
   if (onnx) openOwn(onnx);
-  else chooseFile(files.find((f) => f.type.startsWith("image/")));
+  else if (files.length) chooseFile(files.find(isImage) ?? files[0]);
+  else failImage(begin(), "that drop held no file: drop a PNG or JPEG");
 });
 model.onBackend(() => classify());
-window.__classify = { toInput };
+window.__classify = { toInput, doubt };

