@@ -657,24 +657,70 @@ def fused_rows(be, block, special):
 # ---- matmul -------------------------------------------------------------------------------------
 MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64),
                   "tiled": ("matmul_tiled.wgsl", 128)}
+# matmul_tile.wgsl's shapes: name -> (WX, WY, RA, TN, BK): WX x WY invocations, each 4 RA rows
+# by 4 TN columns of a (16 RA WY) x (4 TN WX) tile, BK steps of k; 4 BK (BM + BN) <= 16 KiB
+MATMUL_TILES = {"t128x128k16": (16, 16, 2, 2, 16), "t128x64k16": (8, 16, 2, 2, 16),
+                "t64x128k16": (16, 8, 2, 2, 16), "t64x64k32": (8, 8, 2, 2, 32),
+                "t64x64k16": (16, 16, 1, 1, 16), "t128x128k8": (16, 16, 2, 2, 8)}
 
 
-def _matmul_kernels(be, vec4, M, N):
+def _tile(choice):
+    """(tile name, its (WX, WY, RA, TN, BK), splits S) of a matmul_tile.wgsl candidate
+    "NAME" or "NAME/sS" (split-k), or None for the kernels of MATMUL_KERNELS."""
+    name, _, s = choice.partition("/s")
+    return (name, MATMUL_TILES[name], int(s or 1)) if name in MATMUL_TILES else None
+
+
+def _tile_source(cfg, t, epilogue):
+    wx, wy, ra, tn, bk = cfg
+    n_threads = wx * wy
+    bm4, bn4 = ra * wy, tn * wx  # the tile's rows and columns, in vec4s
+    a_step, b_step = n_threads // (bk // 4), n_threads // bn4  # rows staged apart
+    acc = [(r, i, c) for r in range(ra) for i in range(4) for c in range(tn)]
+    fma = [f"let a{r} = tile_a[#k][ty + {wy * r}];" for r in range(ra)]
+    fma += [f"let b{c} = tile_b[#k][tx + {wx * c}];" for c in range(tn)]
+    fma += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
+    stores = [f"let c{c} = n0 / 4 + tx + {wx * c};" for c in range(tn)]
+    for r in range(ra):
+        for i in range(4):
+            stores += [f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};", f"if (row{r}{i} < M) {{"]
+            stores += [f"    if (c{c} < n4) {{ store4(base + row{r}{i} * n4 + c{c}, row{r}{i}, "
+                       f"4 * c{c}, acc{r}{i}{c}); }}" for c in range(tn)] + ["}"]
+    text = render("matmul_tile.wgsl", T=t, EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
+                  BN=4 * bn4, BM4=bm4, BN4=bn4, AS=a_step, AS4=a_step // 4, BS=b_step,
+                  LA=4 * bm4 // a_step, LB=bk // b_step,
+                  ACC="\n".join(f"    var acc{r}{i}{c} = vec4<{t}>();" for r, i, c in acc),
+                  FMA="\n".join(" " * 12 + line for line in fma),
+                  STORES="\n".join("    " + line for line in stores))
+    return kernels._unroll(text)
+
+
+def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
     """The kernels a product may run, the default first: row-major aligned operands take vec4
     loads; GPUs stage tiles in workgroup memory, CPU adapters (lavapipe, SwiftShader) do better
-    without barriers. ember.autotune measures the others against it. EMBER_WGPU_MATMUL=scalar|
-    vec4|tiled forces one (benchmarks, tests)."""
+    without barriers. ember.autotune measures the others against it: on GPUs other tile shapes
+    (more workgroups for small products) and, without an epilogue, split-k where the tiles are
+    few and K long. EMBER_WGPU_MATMUL=NAME forces one (benchmarks, tests)."""
     forced = os.environ.get("EMBER_WGPU_MATMUL")
     if forced:
-        if forced not in MATMUL_KERNELS:
+        if forced not in MATMUL_KERNELS and forced.partition("/s")[0] not in MATMUL_TILES:
             raise ValueError(f"EMBER_WGPU_MATMUL={forced!r}: expected one of "
-                             f"{', '.join(MATMUL_KERNELS)}")
+                             f"{', '.join([*MATMUL_KERNELS, *MATMUL_TILES])} (a tile /sN: "
+                             "split-k)")
+        if epilogue is not None:  # split-k has no epilogue: the tile alone
+            forced = forced.partition("/s")[0]
         return [forced if vec4 or forced == "scalar" else "scalar"]
     if not vec4:
         return ["scalar"]
-    if not be.device.bridge.is_cpu and M >= 64 and N >= 64:
-        return ["tiled", "vec4", "scalar"]
-    return ["vec4", "tiled", "scalar"]
+    if be.device.bridge.is_cpu:
+        return ["vec4", "tiled", "scalar"]
+    first = ["tiled", "vec4"] if M >= 64 and N >= 64 else ["vec4", "tiled"]
+    out = first + [*MATMUL_TILES, "scalar"]
+    tiles = nb * -(-M // 64) * -(-N // 64)
+    if epilogue is None and tiles < 512 and K >= 1024:
+        out += [f"{t}/s{s}" for t in ("t64x64k32", "t128x128k16") for s in (2, 4, 8)
+                if K // s >= 256]
+    return out
 
 
 def _vec4_rows(x):
@@ -728,41 +774,58 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
     nb = numel(batch)
     head = [M, N, K, len(bshape), a.offset, a.strides[-2], a.strides[-1],
             b.offset, b.strides[-2], b.strides[-1]]
-    tail = [0, *bshape, *bstrides[0], *bstrides[1]]
+    tail = [*bshape, *bstrides[0], *bstrides[1]]
     if block is not None:
         for x, st, bs in zip(leaves, full, bstrides[2:]):
             tail += [x.offset, st[-2], st[-1], *bs]
         tail += _scalar_words(block)
 
     def launch(choice, into=None, block=None):
-        name, tile = MATMUL_KERNELS[choice]
-        vec = choice != "scalar"
+        tile = _tile(choice)
+        name, size = MATMUL_KERNELS.get(choice, (choice.partition("/s")[0], None))
+        splits = tile[2] if tile else 1
         into = into or [be.empty(shape, dtype)]
-        if block is None:
-            key = ("matmul", name, dtype)
-        else:
-            key = ("matmul", name, dtype, block.key(), tuple(x.dtype for x in block.leaves))
-        k = compile_kernel(be.device, key, "matmul", lambda: (render(
-            name, T=STORAGE[dtype], EPILOGUE=epilogue_source(
-                block, [x.dtype for x in block.leaves] if block else None, ids if block else (),
-                producer, vec, STORAGE[dtype])), "main",
-            ("w", "r", "r") + ("w",) * (len(into) - 1) + ("r",) * (len(ids) if block else 0)))
-        buffers = (into[0].storage.gpu, a.storage.gpu, b.storage.gpu) + tuple(
+        target = into[0] if splits == 1 else be.empty((nb * splits, M, N), dtype)
+        key = ("matmul", name, dtype)
+        if block is not None:
+            key += (block.key(), tuple(x.dtype for x in block.leaves))
+
+        def build():
+            epilogue = epilogue_source(
+                block, [x.dtype for x in block.leaves] if block else None,
+                ids if block else (), producer, choice != "scalar", STORAGE[dtype])
+            return (_tile_source(tile[1], STORAGE[dtype], epilogue) if tile else render(
+                name, T=STORAGE[dtype], EPILOGUE=epilogue), "main", ("w", "r", "r") + (
+                "w",) * (len(into) - 1) + ("r",) * (len(ids) if block else 0))
+        k = compile_kernel(be.device, key, "matmul", build)
+        buffers = (target.storage.gpu, a.storage.gpu, b.storage.gpu) + tuple(
             o.storage.gpu for o in into[1:])
         if block is not None:
             buffers += tuple(x.storage.gpu for x in leaves)
-        for start in range(0, nb, 65535):
-            be.device.dispatch(k, buffers, head + [start] + tail,
-                               (-(-N // tile), -(-M // tile), min(65535, nb - start)),
-                               be.cache)
+        if tile:
+            wx, wy, ra, tn, _ = tile[1]
+            grid = (-(-N // (4 * tn * wx)), -(-M // (4 * ra * wy)))
+        else:
+            grid = (-(-N // size), -(-M // size))
+        step = 65535 // splits
+        for start in range(0, nb, step):
+            be.device.dispatch(k, buffers, head + [start, splits] + tail,
+                               (*grid, min(step, nb - start) * splits), be.cache)
+        if splits > 1:  # the sum over the splits: [nb, splits, M * N] -> [nb, M * N]
+            _reduce_dispatch(be, "sum", dtype, into[0], target, nb * M * N, splits, 0,
+                             [nb, M * N], [splits * M * N, 1], [splits], [M * N])
         return into[0]
 
+    # the fused kernel is tuned as itself: its epilogue changes what is fastest
+    cands = _matmul_kernels(be, vec4, M, N, K, nb, block)
     key = (be.device.name, dtype, bucket(M), bucket(N), bucket(K), bucket(nb))
-    choice = autotune.choose("wgpu.matmul", key, _matmul_kernels(be, vec4, M, N),
-                             lambda c: launch(c), be.to_numpy, be.sync)
     if block is None:
+        choice = autotune.choose("wgpu.matmul", key, cands, launch, be.to_numpy, be.sync)
         return launch(choice, [out])
     outs = [out] + [be.empty(shape, dtype) for _ in block.outputs[1:]]
+    choice = autotune.choose("wgpu.matmul", key + (len(block.outputs), len(ids)), cands,
+                             lambda c: launch(c, [be.empty(shape, dtype) for _ in outs], block),
+                             be.to_numpy, be.sync)
     launch(choice, outs, block)
     return outs
 
