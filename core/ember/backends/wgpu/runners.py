@@ -487,19 +487,48 @@ def _reduce_source(name, x_dtype, out_dtype):
 
 
 def _reduce_dispatch(be, name, x_dtype, out, src, n_out, n_red, offset, kshape, kstr, rshape,
-                     rstr, chunks=1, chunk=None):
+                     rstr, chunks=1, chunk=None, entry=None):
     chunk = chunk or n_red
     n = n_out * chunks
-    cpu = be.device.bridge.is_cpu
-    # a workgroup per output for long reductions (a CPU adapter pays dearly for its barriers)
-    per_group = n < 64 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
-    entry = "per_group" if per_group else "per_thread"
+    entry = entry or _reduce_entry(be, n, chunk)
     k = compile_kernel(be.device, ("reduce", name, x_dtype, entry), name, lambda: (
         _reduce_source(name, x_dtype, out.dtype), entry, ("w", "r")))
     words = [n, n_red, len(kshape), len(rshape), offset, chunks, chunk, *kshape, *kstr,
              *rshape, *rstr]
-    groups = groups_1d(n, 1) if per_group else groups_1d(n)
+    groups = groups_1d(n, 1) if entry == "per_group" else groups_1d(n)
     be.device.dispatch(k, (out.storage.gpu, src.storage.gpu), words, groups, be.cache)
+
+
+def _reduce_entry(be, n, chunk):
+    """The default kernel for n reductions of `chunk` elements each: a workgroup per output for
+    long ones (a CPU adapter pays dearly for its barriers), else an invocation per output."""
+    cpu = be.device.bridge.is_cpu
+    per_group = n < 64 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
+    return "per_group" if per_group else "per_thread"
+
+
+REDUCE_ENTRIES = {"g": "per_group", "t": "per_thread", "c": "per_thread_cm"}
+
+
+def _reduce_candidates(be, by_value, n_out, n_red):
+    """How a reduction may run, the default first, as entry letter + chunks ("g256": a
+    workgroup per output and chunk of 256 chunks; "c16": an invocation per output and chunk,
+    chunk-major). Chunks split long reductions into few outputs (sum, max, min only: their
+    partial results are values). Products under 1M elements keep the default (too small to
+    matter); EMBER_WGPU_REDUCE=NAME forces one (tests)."""
+    chunks = min(256, n_red // 1024) if by_value and n_out < 256 else 1
+    chunks = -(-n_red // -(-n_red // max(1, chunks)))
+    first = "gt"[_reduce_entry(be, n_out * chunks, -(-n_red // chunks)) == "per_thread"]
+    out = [f"{first}{chunks}"]
+    forced = os.environ.get("EMBER_WGPU_REDUCE")
+    if forced:
+        return [forced if by_value or forced[1:] == "1" else out[0]]
+    if n_out * n_red < 1 << 20:
+        return out
+    for c in (1, 8, 32, 128, 512) if by_value else (1,):
+        if c == 1 or n_red // c >= 256:
+            out += [f"{e}{c}" for e in "gtc"[:2 + (c > 1)] if f"{e}{c}" != out[0]]
+    return out
 
 
 def _reducer(name):
@@ -520,20 +549,32 @@ def _reducer(name):
             return out
         kshape, (kstr,) = coalesce([x.shape[d] for d in kept], [[x.strides[d] for d in kept]])
         rshape, (rstr,) = coalesce([x.shape[d] for d in red], [[x.strides[d] for d in red]])
-        # few outputs, long reductions: split each into chunks reduced by many workgroups,
-        # then reduce the chunks (sum, max and min only: their partial results are values)
-        chunks = min(256, n_red // 1024) if by_value and n_out < 256 else 1
-        if chunks > 1:
+
+        def launch(choice, into=None):
+            into = into or be.empty(shape, dtype)
+            entry, chunks = REDUCE_ENTRIES[choice[0]], int(choice[1:])
             chunk = -(-n_red // chunks)
             chunks = -(-n_red // chunk)
+            if chunks == 1:
+                _reduce_dispatch(be, name, x.dtype, into, x, n_out, n_red, x.offset, kshape,
+                                 kstr, rshape, rstr, entry=entry)
+                return into
+            # the chunks' partial results, [n_out, chunks] (chunk-major: [chunks, n_out]),
+            # reduced by a second dispatch
             part = be.empty((n_out, chunks), x.dtype)
             _reduce_dispatch(be, name, x.dtype, part, x, n_out, n_red, x.offset, kshape, kstr,
-                             rshape, rstr, chunks, chunk)
-            _reduce_dispatch(be, name, x.dtype, out, part, n_out, chunks, 0, [n_out], [chunks],
-                             [chunks], [1])
-        else:
-            _reduce_dispatch(be, name, x.dtype, out, x, n_out, n_red, x.offset, kshape, kstr,
-                             rshape, rstr)
+                             rshape, rstr, chunks, chunk, entry)
+            cm = entry == "per_thread_cm"
+            _reduce_dispatch(be, name, x.dtype, into, part, n_out, chunks, 0, [n_out],
+                             [1 if cm else chunks], [chunks], [n_out if cm else 1])
+            return into
+
+        key = (be.device.name, name, x.dtype, bucket(n_out), bucket(n_red), len(rshape),
+               rstr[-1] == 1)
+        choice = autotune.choose("wgpu.reduce", key,
+                                 _reduce_candidates(be, by_value, n_out, n_red), launch,
+                                 be.to_numpy, be.sync)
+        launch(choice, out)
         if not by_value:
             out.range = (0, n_red - 1)
         return out
@@ -766,11 +807,11 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
 
     def batch_strides(x):
         return broadcast_strides(Prim(None, x.shape[:-2], x.strides[:-2], 0, dtype), batch)
-    strides = [batch_strides(a), batch_strides(b)]
+    strides = [batch_strides(a), batch_strides(b)] if batch else [[], []]
     if block is not None:  # each epilogue leaf's strides in C's shape, split as A's and B's
         full = [broadcast_strides(x, shape) for x in leaves]
         strides += [st[:-2] for st in full]
-    bshape, bstrides = coalesce(batch, strides)
+    bshape, bstrides = coalesce(batch, strides) if batch else ([], strides)
     nb = numel(batch)
     head = [M, N, K, len(bshape), a.offset, a.strides[-2], a.strides[-1],
             b.offset, b.strides[-2], b.strides[-1]]
@@ -814,6 +855,11 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
         if splits > 1:  # the sum over the splits: [nb, splits, M * N] -> [nb, M * N]
             _reduce_dispatch(be, "sum", dtype, into[0], target, nb * M * N, splits, 0,
                              [nb, M * N], [splits * M * N, 1], [splits], [M * N])
+        if nb * M * N * K >= 1 << 30:
+            # submitted now, so that the GPU runs it while Python records what follows (else
+            # it waits for the recording of the whole batch, and a caller with more Python per
+            # product, Fusion's, pays for it in GPU time)
+            be.device.flush()
         return into[0]
 
     # the fused kernel is tuned as itself: its epilogue changes what is fastest
