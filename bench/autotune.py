@@ -11,9 +11,11 @@ side with PyTorch (CUDA, fp32, TF32 off).
 
 Shapes are MxNxK (C[M, N] = A[M, K] @ B[K, N]). A row first checks ember's result against
 NumPy's (matmuls on the first rows). Times are per call with calls queued back to back and one
-sync, best of 3 (each of about 0.1 s); the first-call column is one synced call of a fresh key
-(tuning included, the kernels' compiling too) and the cached column one synced call after the
-in-process memory is cleared (the choice read from the JSON file), both less one steady call.
+sync, best of 3 (each of about 0.1 s): eager calls (Python's cost per call included), and
+"kernels": 8 calls captured in one ember.jit plan and replayed (one submission each), per call.
+The first-call column is one synced call of a fresh key (tuning included, the kernels'
+compiling too) and the cached column one synced call after the in-process memory is cleared
+(the choice read from the JSON file), both less one steady call.
 """
 
 import argparse
@@ -75,6 +77,15 @@ def _with(env, fn):
                 os.environ[k] = v
 
 
+def _kernel_time(fn, sync, env, per=8):
+    """Seconds per call of fn's kernels alone: `per` calls in one ember.jit plan, replayed
+    (one submission a replay), so that Python's per-call cost stays off the GPU's path."""
+    import ember
+    plan = ember.jit(lambda: [fn() for _ in range(per)])
+    _with(env, plan)  # captured here, with the choices of `env`
+    return _with(env, lambda: _queued(plan, sync)) / per
+
+
 def _forget():
     """Drop this process's memory of choices (the file stays): the next call reads it."""
     autotune._memory.clear()
@@ -129,7 +140,8 @@ def gpu(each=False, epilogue=False):
     print(f"{be} against torch {torch.__version__} on {torch.cuda.get_device_name()}; "
           "ms per call; ratios: torch / ember (>1: ember faster), untuned / tuned", flush=True)
     head = (f"{'case':34s} {'tuned':>8s} {'untuned':>8s} {'torch':>8s} {'tuned/torch':>11s} "
-            f"{'untuned/torch':>13s} {'gain':>6s} {'1st call':>9s} {'cached':>8s}")
+            f"{'untuned/torch':>13s} {'gain':>6s} {'1st call':>9s} {'cached':>8s} | "
+            f"{'kernels: tuned':>8s} {'untuned':>8s} {'/torch':>9s} {'gain':>5s}")
     print(head)
     gains = []
     for name, fn, tfn, check, shape in _cases(be, torch):
@@ -144,18 +156,24 @@ def gpu(each=False, epilogue=False):
             _forget()
             cached = _synced_once(fn, be.sync) - min(_synced_once(fn, be.sync)
                                                       for _ in range(3))
+            k_untuned = _kernel_time(fn, be.sync, {"EMBER_AUTOTUNE": "0"})
+            k_tuned = _kernel_time(fn, be.sync, {})
             theirs = _queued(tfn, cuda)
         except Exception as e:  # noqa: BLE001 (a row that fails is shown, the rest still runs)
             print(f"{name:34s} FAILED: {type(e).__name__}: {e}", flush=True)
             continue
         if shape is None or shape[:3] != EXTRA[0][:3]:
-            gains.append(untuned / tuned)
+            gains.append((untuned / tuned, k_untuned / k_tuned))
         print(f"{name:34s} {tuned * 1e3:8.3f} {untuned * 1e3:8.3f} {theirs * 1e3:8.3f} "
               f"{theirs / tuned:10.2f}x {theirs / untuned:12.2f}x {untuned / tuned:5.2f}x "
-              f"{first * 1e3:7.0f}ms {cached * 1e3:6.2f}ms", flush=True)
-    if gains:
-        geo = math.exp(sum(map(math.log, gains)) / len(gains))
-        print(f"geometric mean gain, tuned over untuned, {len(gains)} shapes: {geo:.2f}x")
+              f"{first * 1e3:7.0f}ms {cached * 1e3:6.2f}ms | {k_tuned * 1e3:8.3f} "
+              f"{k_untuned * 1e3:8.3f} {theirs / k_tuned:9.2f}x {k_untuned / k_tuned:5.2f}x",
+              flush=True)
+    for i, what in enumerate(("eager", "kernels")):
+        if gains:
+            geo = math.exp(sum(math.log(g[i]) for g in gains) / len(gains))
+            print(f"geometric mean gain, tuned over untuned, {what}, {len(gains)} shapes: "
+                  f"{geo:.2f}x")
     print("choices:", file=sys.stderr)
     for entry, winner in sorted(autotune._memory.items()):
         print(f"  {entry.split('|', 1)[1][:60]:60s} -> {winner}", file=sys.stderr)

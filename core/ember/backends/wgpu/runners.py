@@ -699,10 +699,12 @@ def fused_rows(be, block, special):
 MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64),
                   "tiled": ("matmul_tiled.wgsl", 128)}
 # matmul_tile.wgsl's shapes: name -> (WX, WY, RA, TN, BK): WX x WY invocations, each 4 RA rows
-# by 4 TN columns of a (16 RA WY) x (4 TN WX) tile, BK steps of k; 4 BK (BM + BN) <= 16 KiB
+# by 4 TN columns of a (4 RA WY) x (4 TN WX) tile, BK steps of k; 4 BK (BM + BN) <= 16 KiB
 MATMUL_TILES = {"t128x128k16": (16, 16, 2, 2, 16), "t128x64k16": (8, 16, 2, 2, 16),
                 "t64x128k16": (16, 8, 2, 2, 16), "t64x64k32": (8, 8, 2, 2, 32),
-                "t64x64k16": (16, 16, 1, 1, 16), "t128x128k8": (16, 16, 2, 2, 8)}
+                "t64x64k16": (16, 16, 1, 1, 16), "t128x128k8": (16, 16, 2, 2, 8),
+                "t64x128k16m4": (16, 16, 1, 2, 16), "t128x64k16m4": (8, 32, 1, 2, 16),
+                "t32x128k16": (16, 8, 1, 2, 16)}
 
 
 def _tile(choice):
@@ -855,7 +857,7 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
         if splits > 1:  # the sum over the splits: [nb, splits, M * N] -> [nb, M * N]
             _reduce_dispatch(be, "sum", dtype, into[0], target, nb * M * N, splits, 0,
                              [nb, M * N], [splits * M * N, 1], [splits], [M * N])
-        if nb * M * N * K >= 1 << 30:
+        if nb * M * N * K >= 1 << 33:
             # submitted now, so that the GPU runs it while Python records what follows (else
             # it waits for the recording of the whole batch, and a caller with more Python per
             # product, Fusion's, pays for it in GPU time)
