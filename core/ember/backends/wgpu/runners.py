@@ -704,7 +704,10 @@ MATMUL_TILES = {"t128x128k16": (16, 16, 2, 2, 16), "t128x64k16": (8, 16, 2, 2, 1
                 "t64x128k16": (16, 8, 2, 2, 16), "t64x64k32": (8, 8, 2, 2, 32),
                 "t64x64k16": (16, 16, 1, 1, 16), "t128x128k8": (16, 16, 2, 2, 8),
                 "t64x128k16m4": (16, 16, 1, 2, 16), "t128x64k16m4": (8, 32, 1, 2, 16),
-                "t32x128k16": (16, 8, 1, 2, 16)}
+                "t32x128k16": (16, 8, 1, 2, 16),
+                # double-buffered (matmul_tile_db.wgsl): 8 BK (BM + BN) <= 16 KiB
+                "d128x128k8": (16, 16, 2, 2, 8), "d64x128k8": (16, 8, 2, 2, 8),
+                "d128x64k8": (8, 16, 2, 2, 8), "d64x64k16": (8, 8, 2, 2, 16)}
 
 
 def _tile(choice):
@@ -714,26 +717,30 @@ def _tile(choice):
     return (name, MATMUL_TILES[name], int(s or 1)) if name in MATMUL_TILES else None
 
 
-def _tile_source(cfg, t, epilogue):
-    wx, wy, ra, tn, bk = cfg
+def _tile_source(name, t, epilogue):
+    wx, wy, ra, tn, bk = MATMUL_TILES[name]
     n_threads = wx * wy
     bm4, bn4 = ra * wy, tn * wx  # the tile's rows and columns, in vec4s
     a_step, b_step = n_threads // (bk // 4), n_threads // bn4  # rows staged apart
     acc = [(r, i, c) for r in range(ra) for i in range(4) for c in range(tn)]
-    fma = [f"let a{r} = tile_a[#k][ty + {wy * r}];" for r in range(ra)]
-    fma += [f"let b{c} = tile_b[#k][tx + {wx * c}];" for c in range(tn)]
-    fma += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
+
+    def fma(n=""):  # the multiply-adds of one k, from tile set n
+        lines = [f"let a{r} = tile_a{n}[#k][ty + {wy * r}];" for r in range(ra)]
+        lines += [f"let b{c} = tile_b{n}[#k][tx + {wx * c}];" for c in range(tn)]
+        lines += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
+        return "\n".join(" " * 12 + line for line in lines)
     stores = [f"let c{c} = n0 / 4 + tx + {wx * c};" for c in range(tn)]
     for r in range(ra):
         for i in range(4):
             stores += [f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};", f"if (row{r}{i} < M) {{"]
             stores += [f"    if (c{c} < n4) {{ store4(base + row{r}{i} * n4 + c{c}, row{r}{i}, "
                        f"4 * c{c}, acc{r}{i}{c}); }}" for c in range(tn)] + ["}"]
-    text = render("matmul_tile.wgsl", T=t, EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
+    text = render("matmul_tile_db.wgsl" if name[0] == "d" else "matmul_tile.wgsl",
+                  FMA=fma(), FMA0=fma(0), FMA1=fma(1),
+                  T=t, EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
                   BN=4 * bn4, BM4=bm4, BN4=bn4, AS=a_step, AS4=a_step // 4, BS=b_step,
                   LA=4 * bm4 // a_step, LB=bk // b_step,
                   ACC="\n".join(f"    var acc{r}{i}{c} = vec4<{t}>();" for r, i, c in acc),
-                  FMA="\n".join(" " * 12 + line for line in fma),
                   STORES="\n".join("    " + line for line in stores))
     return kernels._unroll(text)
 
@@ -837,7 +844,7 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
             epilogue = epilogue_source(
                 block, [x.dtype for x in block.leaves] if block else None,
                 ids if block else (), producer, choice != "scalar", STORAGE[dtype])
-            return (_tile_source(tile[1], STORAGE[dtype], epilogue) if tile else render(
+            return (_tile_source(tile[0], STORAGE[dtype], epilogue) if tile else render(
                 name, T=STORAGE[dtype], EPILOGUE=epilogue), "main", ("w", "r", "r") + (
                 "w",) * (len(into) - 1) + ("r",) * (len(ids) if block else 0))
         k = compile_kernel(be.device, key, "matmul", build)
