@@ -525,7 +525,7 @@ def _reduce_candidates(be, by_value, n_out, n_red):
         return [forced if by_value or forced[1:] == "1" else out[0]]
     if n_out * n_red < 1 << 20:
         return out
-    for c in (1, 8, 32, 128, 512) if by_value else (1,):
+    for c in (1, 8, 32, 128, 512, 2048) if by_value else (1,):
         if c == 1 or n_red // c >= 256:
             out += [f"{e}{c}" for e in "gtc"[:2 + (c > 1)] if f"{e}{c}" != out[0]]
     return out
