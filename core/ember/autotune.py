@@ -136,6 +136,18 @@ def _tune(candidates, run, read, sync, samples):
     want = read(run(candidates[0]))
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     times, notes = {}, []
+    # launches per sample, the same for every candidate: enough that a sample of the default
+    # lasts 2 ms, so that the wait at its end (a read-back, ~0.5 ms on the H200) does not
+    # decide which of two short kernels wins
+    reps = 1
+    while reps < 64:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            run(candidates[0])
+        sync()
+        if time.perf_counter() - t0 >= 2e-3:
+            break
+        reps *= 2
     for c in candidates:
         try:
             got = read(run(c))
@@ -148,7 +160,7 @@ def _tune(candidates, run, read, sync, samples):
             notes.append(f"{c} disagrees with {candidates[0]}")
             continue
         best = min(times.values(), default=math.inf)
-        elapsed, reps = [], 1
+        elapsed = []
         for _ in range(samples):
             t0 = time.perf_counter()
             for _ in range(reps):
@@ -157,8 +169,6 @@ def _tune(candidates, run, read, sync, samples):
             elapsed.append((time.perf_counter() - t0) / reps)
             if elapsed[-1] > 2 * best:  # clearly slower: no need for more samples
                 break
-            # short kernels: several launches per wait, so the wait's cost does not decide
-            reps = max(reps, min(16, int(2e-3 / elapsed[-1])))
         times[c] = min(elapsed)
     if notes:  # a candidate that fails or computes something else is a bug worth seeing
         warnings.warn("ember.autotune: dropped " + "; ".join(notes), RuntimeWarning,

@@ -503,7 +503,8 @@ def _reduce_entry(be, n, chunk):
     """The default kernel for n reductions of `chunk` elements each: a workgroup per output for
     long ones (a CPU adapter pays dearly for its barriers), else an invocation per output."""
     cpu = be.device.bridge.is_cpu
-    per_group = n < 64 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
+    # (lavapipe stops a loop after 32767 iterations: a longer one per invocation is wrong there)
+    per_group = n < 64 or chunk > 32767 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
     return "per_group" if per_group else "per_thread"
 
 
@@ -610,7 +611,8 @@ def fused_reduce(be, block, op, attrs, shape, dtype):
     first = be.empty((n_out, chunks), x_dtype) if chunks > 1 else out
     n = n_out * chunks
     cpu = be.device.bridge.is_cpu
-    per_group = n < 64 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
+    # (lavapipe stops a loop after 32767 iterations: a longer one per invocation is wrong there)
+    per_group = n < 64 or chunk > 32767 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
     entry = "per_group" if per_group else "per_thread"
     dtypes = tuple(x.dtype for x in leaves)
     cmp, init, combine, result = REDUCERS[name]
@@ -864,11 +866,6 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
         if splits > 1:  # the sum over the splits: [nb, splits, M * N] -> [nb, M * N]
             _reduce_dispatch(be, "sum", dtype, into[0], target, nb * M * N, splits, 0,
                              [nb, M * N], [splits * M * N, 1], [splits], [M * N])
-        if nb * M * N * K >= 1 << 33:
-            # submitted now, so that the GPU runs it while Python records what follows (else
-            # it waits for the recording of the whole batch, and a caller with more Python per
-            # product, Fusion's, pays for it in GPU time)
-            be.device.flush()
         return into[0]
 
     # the fused kernel is tuned as itself: its epilogue changes what is fastest
