@@ -15,7 +15,38 @@ sync, best of 3 (each of about 0.1 s): eager calls (Python's cost per call inclu
 "kernels": 8 calls captured in one ember.jit plan and replayed (one submission each), per call.
 The first-call column is one synced call of a fresh key (tuning included, the kernels'
 compiling too) and the cached column one synced call after the in-process memory is cleared
-(the choice read from the JSON file), both less one steady call.
+(the choice read from the JSON file), both less one steady call. The "kernels" replay runs 8
+independent products in one submission, which the GPU may overlap: on small shapes it
+overstates what one kernel does (64x4096x4096's default, 32 workgroups, cannot reach its 0.110
+ms alone), so the eager columns are the comparison with torch's calls.
+
+Measured 2026-12-02 on one NVIDIA H200 (Vulkan, wgpu-py 0.32.0; torch 2.11, TF32 off),
+`python bench/autotune.py --gpu --each --epilogue` at commit f345f70, eager ms per call:
+
+    case                     tuned untuned  torch torch/tuned gain | best forced candidate
+    matmul 1024^3            0.135  0.142  0.056    0.42x   1.05x | d64x128k8      0.096
+    matmul 2048^3            0.473  0.474  0.342    0.72x   1.00x | tiled          0.477
+    matmul 4096^3            3.208  3.248  2.711    0.84x   1.01x | t64x128k16     3.074
+    matmul 1000^3            0.165  0.140  0.051    0.31x   0.85x | t64x128k16     0.101
+    matmul 4096x4096x64      0.135  0.113  0.069    0.52x   0.84x | t128x64k16     0.109
+    matmul 64x4096x4096      0.182  0.445  0.057    0.31x   2.44x | t128x128k16/s8 0.182
+    matmul 256^3 batch 32    0.087  0.087  0.028    0.32x   1.00x | t64x128k16m4   0.070
+    sum of 4096x4096         0.208  0.203  0.023    0.11x   0.97x |
+    column sums 4096x4096    0.176  0.169  0.028    0.16x   0.96x |
+    row max of 64x262144     0.116  0.288  0.029    0.25x   2.47x |
+    geometric mean gain 1.16x; first calls (tuning, compiling included) 16 ms - 3.7 s;
+    a cached choice read from the file: 0.2 - 1 ms (one 6.6 ms outlier)
+
+That run's tuner had a bug fixed since (commit b2bd4c2): each candidate's first sample was a
+single launch and its wait, against the default's several launches a wait, so on short
+products every candidate was eliminated at once and the default stayed (1024^3, 1000^3,
+4096x4096x64, batch 32: the "tuned" column there is the default's, its spread is noise). The
+forced column (every candidate timed alone in the same run, --each) is what the tuner now
+chooses among; it was not measured again after the fix. relu(x @ w + b) at 4096 through
+Fusion(Wgpu()), tuned: 3.100 ms against the bare product's 3.193 (0.97x; synced per call
+0.96x; the product tuned to d64x128k8, the fused kernel, tuned as itself, to t64x128k16);
+with the old default forced (matmul_tiled.wgsl) 1.08x: its epilogue costs 8%, that of
+t64x128k16 0.6%.
 """
 
 import argparse
