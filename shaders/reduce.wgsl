@@ -5,7 +5,8 @@
 //       [7 .. 7+rk) kept sizes, then rk kept strides; then rr reduced sizes, rr reduced strides
 // The host coalesces dims, so a reduction over a dense trailing dim has rr = 1. With chunks > 1
 // (a long sum, max or min into few outputs), output o holds chunk o % chunks of kept element
-// o / chunks, and a second dispatch reduces the chunks: many workgroups share the work.
+// o / chunks (per_thread_cm: chunk o / kept of kept element o % kept), and a second dispatch
+// reduces the chunks: many workgroups share the work.
 // Fields: T (storage/value type), OUT (output storage type), NAN (is `x` NaN, for T),
 // INIT (the accumulator before any element: 0 for sums, element 0 otherwise: max/min are
 // idempotent and element 0 has the lowest index), COMBINE (merge b into a), RESULT (what to
@@ -112,6 +113,26 @@ fn per_thread(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
     }
     let base = kept_offset(o / info[5]);
     let first = (o % info[5]) * info[6];
+    let end = min(first + info[6], info[1]);
+    var a = ${INIT};
+    for (var r = first; r < end; r++) {
+        a = combine(a, element(base, r));
+    }
+    out[o] = ${RESULT};
+}
+
+// One invocation per output and chunk, chunk-major: neighbouring invocations reduce
+// neighbouring outputs, which a reduction over a leading dim (a column sum) reads side by side.
+@compute @workgroup_size(256)
+fn per_thread_cm(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+    let o = linear_index(gid, nwg);
+    if (o >= info[0]) {
+        return;
+    }
+    let kept = info[0] / info[5];
+    let base = kept_offset(o % kept);
+    let first = (o / kept) * info[6];
     let end = min(first + info[6], info[1]);
     var a = ${INIT};
     for (var r = first; r < end; r++) {

@@ -488,19 +488,52 @@ def _reduce_source(name, x_dtype, out_dtype):
 
 
 def _reduce_dispatch(be, name, x_dtype, out, src, n_out, n_red, offset, kshape, kstr, rshape,
-                     rstr, chunks=1, chunk=None):
+                     rstr, chunks=1, chunk=None, entry=None):
     chunk = chunk or n_red
     n = n_out * chunks
-    cpu = be.device.bridge.is_cpu
-    # a workgroup per output for long reductions (a CPU adapter pays dearly for its barriers)
-    per_group = n < 64 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
-    entry = "per_group" if per_group else "per_thread"
+    entry = entry or _reduce_entry(be, n, chunk)
     k = compile_kernel(be.device, ("reduce", name, x_dtype, entry), name, lambda: (
         _reduce_source(name, x_dtype, out.dtype), entry, ("w", "r")))
     words = [n, n_red, len(kshape), len(rshape), offset, chunks, chunk, *kshape, *kstr,
              *rshape, *rstr]
-    groups = groups_1d(n, 1) if per_group else groups_1d(n)
+    groups = groups_1d(n, 1) if entry == "per_group" else groups_1d(n)
     be.device.dispatch(k, (out.storage.gpu, src.storage.gpu), words, groups, be.cache)
+
+
+def _reduce_entry(be, n, chunk):
+    """The default kernel for n reductions of `chunk` elements each: a workgroup per output for
+    long ones (a CPU adapter pays dearly for its barriers), else an invocation per output."""
+    cpu = be.device.bridge.is_cpu
+    # (lavapipe stops a loop after 32767 iterations: a longer one per invocation is wrong there)
+    per_group = n < 64 or chunk > 32767 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
+    return "per_group" if per_group else "per_thread"
+
+
+REDUCE_ENTRIES = {"g": "per_group", "t": "per_thread", "c": "per_thread_cm"}
+
+
+def _reduce_candidates(be, by_value, n_out, n_red):
+    """How a reduction may run, the default first, as entry letter + chunks ("g256": a
+    workgroup per output and chunk of 256 chunks; "c16": an invocation per output and chunk,
+    chunk-major). Chunks split long reductions into few outputs (sum, max, min only: their
+    partial results are values). Products under 1M elements keep the default (too small to
+    matter); EMBER_WGPU_REDUCE=NAME forces one (tests)."""
+    # a GPU's default chunks are a workgroup's (4096: BatchNorm's sums over [128, 32, 28, 28]
+    # took 175 us each in 1024-element chunks a thread, 12 workgroups, on the H200)
+    per = 1024 if be.device.bridge.is_cpu else 4096
+    chunks = min(256, n_red // per) if by_value and n_out < 256 else 1
+    chunks = -(-n_red // -(-n_red // max(1, chunks)))
+    first = "gt"[_reduce_entry(be, n_out * chunks, -(-n_red // chunks)) == "per_thread"]
+    out = [f"{first}{chunks}"]
+    forced = os.environ.get("EMBER_WGPU_REDUCE")
+    if forced:
+        return [forced if by_value or forced[1:] == "1" else out[0]]
+    if n_out * n_red < 1 << 20:
+        return out
+    for c in (1, 8, 32, 128, 512, 2048) if by_value else (1,):
+        if c == 1 or n_red // c >= 256:
+            out += [f"{e}{c}" for e in "gtc"[:2 + (c > 1)] if f"{e}{c}" != out[0]]
+    return out
 
 
 def _reducer(name):
@@ -521,23 +554,32 @@ def _reducer(name):
             return out
         kshape, (kstr,) = coalesce([x.shape[d] for d in kept], [[x.strides[d] for d in kept]])
         rshape, (rstr,) = coalesce([x.shape[d] for d in red], [[x.strides[d] for d in red]])
-        # few outputs, long reductions: split each into chunks reduced by many workgroups,
-        # then reduce the chunks (sum, max and min only: their partial results are values).
-        # A GPU's chunks are a workgroup's (4096: BatchNorm's sums over [128, 32, 28, 28]
-        # took 175 us each in 1024-element chunks a thread, 12 workgroups, on the H200)
-        per = 1024 if be.device.bridge.is_cpu else 4096
-        chunks = min(256, n_red // per) if by_value and n_out < 256 else 1
-        if chunks > 1:
+
+        def launch(choice, into=None):
+            into = into or be.empty(shape, dtype)
+            entry, chunks = REDUCE_ENTRIES[choice[0]], int(choice[1:])
             chunk = -(-n_red // chunks)
             chunks = -(-n_red // chunk)
+            if chunks == 1:
+                _reduce_dispatch(be, name, x.dtype, into, x, n_out, n_red, x.offset, kshape,
+                                 kstr, rshape, rstr, entry=entry)
+                return into
+            # the chunks' partial results, [n_out, chunks] (chunk-major: [chunks, n_out]),
+            # reduced by a second dispatch
             part = be.empty((n_out, chunks), x.dtype)
             _reduce_dispatch(be, name, x.dtype, part, x, n_out, n_red, x.offset, kshape, kstr,
-                             rshape, rstr, chunks, chunk)
-            _reduce_dispatch(be, name, x.dtype, out, part, n_out, chunks, 0, [n_out], [chunks],
-                             [chunks], [1])
-        else:
-            _reduce_dispatch(be, name, x.dtype, out, x, n_out, n_red, x.offset, kshape, kstr,
-                             rshape, rstr)
+                             rshape, rstr, chunks, chunk, entry)
+            cm = entry == "per_thread_cm"
+            _reduce_dispatch(be, name, x.dtype, into, part, n_out, chunks, 0, [n_out],
+                             [1 if cm else chunks], [chunks], [n_out if cm else 1])
+            return into
+
+        key = (be.device.name, name, x.dtype, bucket(n_out), bucket(n_red), len(rshape),
+               rstr[-1] == 1)
+        choice = autotune.choose("wgpu.reduce", key,
+                                 _reduce_candidates(be, by_value, n_out, n_red), launch,
+                                 be.to_numpy, be.sync)
+        launch(choice, out)
         if not by_value:
             out.range = (0, n_red - 1)
         return out
@@ -573,7 +615,8 @@ def fused_reduce(be, block, op, attrs, shape, dtype):
     first = be.empty((n_out, chunks), x_dtype) if chunks > 1 else out
     n = n_out * chunks
     cpu = be.device.bridge.is_cpu
-    per_group = n < 64 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
+    # (lavapipe stops a loop after 32767 iterations: a longer one per invocation is wrong there)
+    per_group = n < 64 or chunk > 32767 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
     entry = "per_group" if per_group else "per_thread"
     dtypes = tuple(x.dtype for x in leaves)
     cmp, init, combine, result = REDUCERS[name]
@@ -732,24 +775,79 @@ def _submit_big(be, n):
 # ---- matmul -------------------------------------------------------------------------------------
 MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64),
                   "tiled": ("matmul_tiled.wgsl", 128)}
+# matmul_tile.wgsl's shapes: name -> (WX, WY, RA, TN, BK): WX x WY invocations, each 4 RA rows
+# by 4 TN columns of a (4 RA WY) x (4 TN WX) tile, BK steps of k; 4 BK (BM + BN) <= 16 KiB
+MATMUL_TILES = {"t128x128k16": (16, 16, 2, 2, 16), "t128x64k16": (8, 16, 2, 2, 16),
+                "t64x128k16": (16, 8, 2, 2, 16), "t64x64k32": (8, 8, 2, 2, 32),
+                "t64x64k16": (16, 16, 1, 1, 16), "t128x128k8": (16, 16, 2, 2, 8),
+                "t64x128k16m4": (16, 16, 1, 2, 16), "t128x64k16m4": (8, 32, 1, 2, 16),
+                "t32x128k16": (16, 8, 1, 2, 16),
+                # double-buffered (matmul_tile_db.wgsl): 8 BK (BM + BN) <= 16 KiB
+                "d128x128k8": (16, 16, 2, 2, 8), "d64x128k8": (16, 8, 2, 2, 8),
+                "d128x64k8": (8, 16, 2, 2, 8), "d64x64k16": (8, 8, 2, 2, 16)}
 
 
-def _matmul_kernels(be, vec4, M, N):
+def _tile(choice):
+    """(tile name, its (WX, WY, RA, TN, BK), splits S) of a matmul_tile.wgsl candidate
+    "NAME" or "NAME/sS" (split-k), or None for the kernels of MATMUL_KERNELS."""
+    name, _, s = choice.partition("/s")
+    return (name, MATMUL_TILES[name], int(s or 1)) if name in MATMUL_TILES else None
+
+
+def _tile_source(name, t, epilogue):
+    wx, wy, ra, tn, bk = MATMUL_TILES[name]
+    n_threads = wx * wy
+    bm4, bn4 = ra * wy, tn * wx  # the tile's rows and columns, in vec4s
+    a_step, b_step = n_threads // (bk // 4), n_threads // bn4  # rows staged apart
+    acc = [(r, i, c) for r in range(ra) for i in range(4) for c in range(tn)]
+
+    def fma(n=""):  # the multiply-adds of one k, from tile set n
+        lines = [f"let a{r} = tile_a{n}[#k][ty + {wy * r}];" for r in range(ra)]
+        lines += [f"let b{c} = tile_b{n}[#k][tx + {wx * c}];" for c in range(tn)]
+        lines += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
+        return "\n".join(" " * 12 + line for line in lines)
+    stores = [f"let c{c} = n0 / 4 + tx + {wx * c};" for c in range(tn)]
+    for r in range(ra):
+        for i in range(4):
+            stores += [f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};", f"if (row{r}{i} < M) {{"]
+            stores += [f"    if (c{c} < n4) {{ store4(base + row{r}{i} * n4 + c{c}, row{r}{i}, "
+                       f"4 * c{c}, acc{r}{i}{c}); }}" for c in range(tn)] + ["}"]
+    text = render("matmul_tile_db.wgsl" if name[0] == "d" else "matmul_tile.wgsl",
+                  FMA=fma(), FMA0=fma(0), FMA1=fma(1),
+                  T=t, EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
+                  BN=4 * bn4, BM4=bm4, BN4=bn4, AS=a_step, AS4=a_step // 4, BS=b_step,
+                  LA=4 * bm4 // a_step, LB=bk // b_step,
+                  ACC="\n".join(f"    var acc{r}{i}{c} = vec4<{t}>();" for r, i, c in acc),
+                  STORES="\n".join("    " + line for line in stores))
+    return kernels._unroll(text)
+
+
+def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
     """The kernels a product may run, the default first: row-major aligned operands take vec4
     loads; GPUs stage tiles in workgroup memory, CPU adapters (lavapipe, SwiftShader) do better
-    without barriers. ember.autotune measures the others against it. EMBER_WGPU_MATMUL=scalar|
-    vec4|tiled forces one (benchmarks, tests)."""
+    without barriers. ember.autotune measures the others against it: on GPUs other tile shapes
+    (more workgroups for small products) and, without an epilogue, split-k where the tiles are
+    few and K long. EMBER_WGPU_MATMUL=NAME forces one (benchmarks, tests)."""
     forced = os.environ.get("EMBER_WGPU_MATMUL")
     if forced:
-        if forced not in MATMUL_KERNELS:
+        if forced not in MATMUL_KERNELS and forced.partition("/s")[0] not in MATMUL_TILES:
             raise ValueError(f"EMBER_WGPU_MATMUL={forced!r}: expected one of "
-                             f"{', '.join(MATMUL_KERNELS)}")
+                             f"{', '.join([*MATMUL_KERNELS, *MATMUL_TILES])} (a tile /sN: "
+                             "split-k)")
+        if epilogue is not None:  # split-k has no epilogue: the tile alone
+            forced = forced.partition("/s")[0]
         return [forced if vec4 or forced == "scalar" else "scalar"]
     if not vec4:
         return ["scalar"]
-    if not be.device.bridge.is_cpu and M >= 64 and N >= 64:
-        return ["tiled", "vec4", "scalar"]
-    return ["vec4", "tiled", "scalar"]
+    if be.device.bridge.is_cpu:
+        return ["vec4", "tiled", "scalar"]
+    first = ["tiled", "vec4"] if M >= 64 and N >= 64 else ["vec4", "tiled"]
+    out = first + [*MATMUL_TILES, "scalar"]
+    tiles = nb * -(-M // 64) * -(-N // 64)
+    if epilogue is None and tiles < 512 and K >= 1024:
+        out += [f"{t}/s{s}" for t in ("t64x64k32", "t128x128k16") for s in (2, 4, 8)
+                if K // s >= 256]
+    return out
 
 
 def _vec4_rows(x):
@@ -795,49 +893,66 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
 
     def batch_strides(x):
         return broadcast_strides(Prim(None, x.shape[:-2], x.strides[:-2], 0, dtype), batch)
-    strides = [batch_strides(a), batch_strides(b)]
+    strides = [batch_strides(a), batch_strides(b)] if batch else [[], []]
     if block is not None:  # each epilogue leaf's strides in C's shape, split as A's and B's
         full = [broadcast_strides(x, shape) for x in leaves]
         strides += [st[:-2] for st in full]
-    bshape, bstrides = coalesce(batch, strides)
+    bshape, bstrides = coalesce(batch, strides) if batch else ([], strides)
     nb = numel(batch)
     head = [M, N, K, len(bshape), a.offset, a.strides[-2], a.strides[-1],
             b.offset, b.strides[-2], b.strides[-1]]
-    tail = [0, *bshape, *bstrides[0], *bstrides[1]]
+    tail = [*bshape, *bstrides[0], *bstrides[1]]
     if block is not None:
         for x, st, bs in zip(leaves, full, bstrides[2:]):
             tail += [x.offset, st[-2], st[-1], *bs]
         tail += _scalar_words(block)
 
     def launch(choice, into=None, block=None):
-        name, tile = MATMUL_KERNELS[choice]
-        vec = choice != "scalar"
+        tile = _tile(choice)
+        name, size = MATMUL_KERNELS.get(choice, (choice.partition("/s")[0], None))
+        splits = tile[2] if tile else 1
         into = into or [be.empty(shape, dtype)]
-        if block is None:
-            key = ("matmul", name, dtype)
-        else:
-            key = ("matmul", name, dtype, block.key(), tuple(x.dtype for x in block.leaves))
-        k = compile_kernel(be.device, key, "matmul", lambda: (render(
-            name, T=STORAGE[dtype], EPILOGUE=epilogue_source(
-                block, [x.dtype for x in block.leaves] if block else None, ids if block else (),
-                producer, vec, STORAGE[dtype])), "main",
-            ("w", "r", "r") + ("w",) * (len(into) - 1) + ("r",) * (len(ids) if block else 0)))
-        buffers = (into[0].storage.gpu, a.storage.gpu, b.storage.gpu) + tuple(
+        target = into[0] if splits == 1 else be.empty((nb * splits, M, N), dtype)
+        key = ("matmul", name, dtype)
+        if block is not None:
+            key += (block.key(), tuple(x.dtype for x in block.leaves))
+
+        def build():
+            epilogue = epilogue_source(
+                block, [x.dtype for x in block.leaves] if block else None,
+                ids if block else (), producer, choice != "scalar", STORAGE[dtype])
+            return (_tile_source(tile[0], STORAGE[dtype], epilogue) if tile else render(
+                name, T=STORAGE[dtype], EPILOGUE=epilogue), "main", ("w", "r", "r") + (
+                "w",) * (len(into) - 1) + ("r",) * (len(ids) if block else 0))
+        k = compile_kernel(be.device, key, "matmul", build)
+        buffers = (target.storage.gpu, a.storage.gpu, b.storage.gpu) + tuple(
             o.storage.gpu for o in into[1:])
         if block is not None:
             buffers += tuple(x.storage.gpu for x in leaves)
-        for start in range(0, nb, 65535):
-            be.device.dispatch(k, buffers, head + [start] + tail,
-                               (-(-N // tile), -(-M // tile), min(65535, nb - start)),
-                               be.cache)
+        if tile:
+            wx, wy, ra, tn, _ = tile[1]
+            grid = (-(-N // (4 * tn * wx)), -(-M // (4 * ra * wy)))
+        else:
+            grid = (-(-N // size), -(-M // size))
+        step = 65535 // splits
+        for start in range(0, nb, step):
+            be.device.dispatch(k, buffers, head + [start, splits] + tail,
+                               (*grid, min(step, nb - start) * splits), be.cache)
+        if splits > 1:  # the sum over the splits: [nb, splits, M * N] -> [nb, M * N]
+            _reduce_dispatch(be, "sum", dtype, into[0], target, nb * M * N, splits, 0,
+                             [nb, M * N], [splits * M * N, 1], [splits], [M * N])
         return into[0]
 
+    # the fused kernel is tuned as itself: its epilogue changes what is fastest
+    cands = _matmul_kernels(be, vec4, M, N, K, nb, block)
     key = (be.device.name, dtype, bucket(M), bucket(N), bucket(K), bucket(nb))
-    choice = autotune.choose("wgpu.matmul", key, _matmul_kernels(be, vec4, M, N),
-                             lambda c: launch(c), be.to_numpy, be.sync)
     if block is None:
+        choice = autotune.choose("wgpu.matmul", key, cands, launch, be.to_numpy, be.sync)
         return launch(choice, [out])
     outs = [out] + [be.empty(shape, dtype) for _ in block.outputs[1:]]
+    choice = autotune.choose("wgpu.matmul", key + (len(block.outputs), len(ids)), cands,
+                             lambda c: launch(c, [be.empty(shape, dtype) for _ in outs], block),
+                             be.to_numpy, be.sync)
     launch(choice, outs, block)
     return outs
 

@@ -1,0 +1,302 @@
+"""ember.autotune on Wgpu: each kernel tuned against its default (untuned), on a GPU side by
+side with PyTorch (CUDA, fp32, TF32 off).
+
+    ember bench autotune                 # the runner's table: tuned / untuned on a small product
+    python bench/autotune.py --gpu       # the GPU run: ms of ember tuned, untuned and torch for
+                                         # 7 matmul and 3 reduction shapes; torch / ember; the
+                                         # geometric mean of untuned / tuned; the first call's
+                                         # tuning time; the cost of a cached choice
+    python bench/autotune.py --gpu --each     # also every matmul candidate's time, forced
+    python bench/autotune.py --gpu --epilogue # relu(x @ w + b) against the bare product
+
+Shapes are MxNxK (C[M, N] = A[M, K] @ B[K, N]). A row first checks ember's result against
+NumPy's (matmuls on the first rows). Times are per call with calls queued back to back and one
+sync, best of 3 (each of about 0.1 s): eager calls (Python's cost per call included), and
+"kernels": 8 calls captured in one ember.jit plan and replayed (one submission each), per call.
+The first-call column is one synced call of a fresh key (tuning included, the kernels'
+compiling too) and the cached column one synced call after the in-process memory is cleared
+(the choice read from the JSON file), both less one steady call. The "kernels" replay runs 8
+independent products in one submission, which the GPU may overlap: on small shapes it
+overstates what one kernel does (64x4096x4096's default, 32 workgroups, cannot reach its 0.110
+ms alone), so the eager columns are the comparison with torch's calls.
+
+Measured 2026-12-02 on one NVIDIA H200 (Vulkan, wgpu-py 0.32.0; torch 2.11, TF32 off),
+`python bench/autotune.py --gpu --each --epilogue` at commit f345f70, eager ms per call:
+
+    case                     tuned untuned  torch torch/tuned gain | best forced candidate
+    matmul 1024^3            0.135  0.142  0.056    0.42x   1.05x | d64x128k8      0.096
+    matmul 2048^3            0.473  0.474  0.342    0.72x   1.00x | tiled          0.477
+    matmul 4096^3            3.208  3.248  2.711    0.84x   1.01x | t64x128k16     3.074
+    matmul 1000^3            0.165  0.140  0.051    0.31x   0.85x | t64x128k16     0.101
+    matmul 4096x4096x64      0.135  0.113  0.069    0.52x   0.84x | t128x64k16     0.109
+    matmul 64x4096x4096      0.182  0.445  0.057    0.31x   2.44x | t128x128k16/s8 0.182
+    matmul 256^3 batch 32    0.087  0.087  0.028    0.32x   1.00x | t64x128k16m4   0.070
+    sum of 4096x4096         0.208  0.203  0.023    0.11x   0.97x |
+    column sums 4096x4096    0.176  0.169  0.028    0.16x   0.96x |
+    row max of 64x262144     0.116  0.288  0.029    0.25x   2.47x |
+    geometric mean gain 1.16x; first calls (tuning, compiling included) 16 ms - 3.7 s;
+    a cached choice read from the file: 0.2 - 1 ms (one 6.6 ms outlier)
+
+That run's tuner had a bug fixed since (commit b2bd4c2): each candidate's first sample was a
+single launch and its wait, against the default's several launches a wait, so on short
+products every candidate was eliminated at once and the default stayed (1024^3, 1000^3,
+4096x4096x64, batch 32: the "tuned" column there is the default's, its spread is noise). The
+forced column (every candidate timed alone in the same run, --each) is what the tuner now
+chooses among; it was not measured again after the fix. relu(x @ w + b) at 4096 through
+Fusion(Wgpu()), tuned: 3.100 ms against the bare product's 3.193 (0.97x; synced per call
+0.96x; the product tuned to d64x128k8, the fused kernel, tuned as itself, to t64x128k16);
+with the old default forced (matmul_tiled.wgsl) 1.08x: its epilogue costs 8%, that of
+t64x128k16 0.6%.
+"""
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from ember import Tensor, autotune
+from ember.backend import Fusion, Wgpu
+
+MATMULS = [(1024, 1024, 1024, 1), (2048, 2048, 2048, 1), (4096, 4096, 4096, 1),
+           (1000, 1000, 1000, 1), (4096, 4096, 64, 1), (64, 4096, 4096, 1), (256, 256, 256, 32)]
+EXTRA = [(4096, 64, 4096, 1)]  # not in the geometric mean: N small, K long
+
+
+def _queued(fn, sync, target=0.1, repeat=3):
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    calls = max(2, min(2000, int(target / max(time.perf_counter() - t0, 1e-6))))
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
+def _synced_once(fn, sync):
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
+
+
+def _with(env, fn):
+    """fn() under the environment variables `env` (None: unset)."""
+    old = {k: os.environ.get(k) for k in env}
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        return fn()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _kernel_time(fn, sync, env, per=8):
+    """Seconds per call of fn's kernels alone: `per` calls in one ember.jit plan, replayed
+    (one submission a replay), so that Python's per-call cost stays off the GPU's path."""
+    import ember
+    plan = ember.jit(lambda: [fn() for _ in range(per)])
+    _with(env, plan)  # captured here, with the choices of `env`
+    return _with(env, lambda: _queued(plan, sync)) / per
+
+
+def _forget():
+    """Drop this process's memory of choices (the file stays): the next call reads it."""
+    autotune._memory.clear()
+    autotune._fast.clear()
+    autotune._file = None
+
+
+def _cases(be, torch):
+    """(name, ember fn, torch fn or None, check) per shape."""
+    rng = np.random.default_rng(0)
+    out = []
+    for m, n, k, nb in MATMULS + EXTRA:
+        a = rng.standard_normal((nb, m, k) if nb > 1 else (m, k), dtype=np.float32)
+        b = rng.standard_normal((nb, k, n) if nb > 1 else (k, n), dtype=np.float32)
+        x, y = Tensor.from_data(a, backend=be), Tensor.from_data(b, backend=be)
+        tx, ty = (torch.from_numpy(v).cuda() for v in (a, b)) if torch else (None, None)
+        name = f"matmul {m}x{n}x{k}" + (f" batch {nb}" if nb > 1 else "")
+
+        def check(x=x, y=y, a=a, b=b):
+            got = (x @ y).to_numpy()
+            want = a[..., :64, :] @ b
+            err = float(np.abs(got[..., :64, :] - want).max() / max(np.abs(want).max(), 1))
+            assert err < 1e-4, f"relative error {err}"
+        out.append((name, lambda x=x, y=y: x @ y,
+                    (lambda u=tx, v=ty: u @ v) if torch else None, check, (m, n, k, nb)))
+    for name, shape, fn, tfn, nfn in [
+            ("sum of 4096x4096", (4096, 4096), lambda t: t.sum(), lambda t: t.sum(),
+             lambda v: v.sum()),
+            ("column sums of 4096x4096", (4096, 4096), lambda t: t.sum_dim(0),
+             lambda t: t.sum(0, keepdim=True), lambda v: v.sum(0, keepdims=True)),
+            ("row max of 64x262144", (64, 262144), lambda t: t.max_dim(1),
+             lambda t: t.amax(1, keepdim=True), lambda v: v.max(1, keepdims=True))]:
+        v = rng.standard_normal(shape, dtype=np.float32)
+        x = Tensor.from_data(v, backend=be)
+        tv = torch.from_numpy(v).cuda() if torch else None
+
+        def check(fn=fn, x=x, nfn=nfn, v=v):
+            np.testing.assert_allclose(fn(x).to_numpy(), nfn(v.astype(np.float64)),
+                                       rtol=1e-4, atol=1e-2)
+        out.append((name, lambda fn=fn, x=x: fn(x), (lambda f=tfn, t=tv: f(t)) if torch
+                    else None, check, None))
+    return out
+
+
+def gpu(each=False, epilogue=False):
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="ember-autotune-bench-")
+    be = Wgpu()
+    cuda = torch.cuda.synchronize
+    print(f"{be} against torch {torch.__version__} on {torch.cuda.get_device_name()}; "
+          "ms per call; ratios: torch / ember (>1: ember faster), untuned / tuned", flush=True)
+    head = (f"{'case':34s} {'tuned':>8s} {'untuned':>8s} {'torch':>8s} {'tuned/torch':>11s} "
+            f"{'untuned/torch':>13s} {'gain':>6s} {'1st call':>9s} {'cached':>8s} | "
+            f"{'kernels: tuned':>8s} {'untuned':>8s} {'/torch':>9s} {'gain':>5s}")
+    print(head)
+    gains = []
+    for name, fn, tfn, check, shape in _cases(be, torch):
+        try:
+            _with({"EMBER_AUTOTUNE": "0"}, check)  # the default kernel compiles here
+            untuned = _with({"EMBER_AUTOTUNE": "0"}, lambda fn=fn: _queued(fn, be.sync))
+            steady = _with({"EMBER_AUTOTUNE": "0"}, lambda fn=fn: min(
+                _synced_once(fn, be.sync) for _ in range(3)))
+            first = _synced_once(fn, be.sync) - steady  # a fresh key: tuned here
+            check()
+            tuned = _queued(fn, be.sync)
+            _forget()
+            cached = _synced_once(fn, be.sync) - min(_synced_once(fn, be.sync)
+                                                      for _ in range(3))
+            k_untuned = _kernel_time(fn, be.sync, {"EMBER_AUTOTUNE": "0"})
+            k_tuned = _kernel_time(fn, be.sync, {})
+            theirs = _queued(tfn, cuda)
+        except Exception as e:  # noqa: BLE001 (a row that fails is shown, the rest still runs)
+            print(f"{name:34s} FAILED: {type(e).__name__}: {e}", flush=True)
+            continue
+        if shape is None or shape[:3] != EXTRA[0][:3]:
+            gains.append((untuned / tuned, k_untuned / k_tuned))
+        print(f"{name:34s} {tuned * 1e3:8.3f} {untuned * 1e3:8.3f} {theirs * 1e3:8.3f} "
+              f"{theirs / tuned:10.2f}x {theirs / untuned:12.2f}x {untuned / tuned:5.2f}x "
+              f"{first * 1e3:7.0f}ms {cached * 1e3:6.2f}ms | {k_tuned * 1e3:8.3f} "
+              f"{k_untuned * 1e3:8.3f} {theirs / k_tuned:9.2f}x {k_untuned / k_tuned:5.2f}x",
+              flush=True)
+    for i, what in enumerate(("eager", "kernels")):
+        if gains:
+            geo = math.exp(sum(math.log(g[i]) for g in gains) / len(gains))
+            print(f"geometric mean gain, tuned over untuned, {what}, {len(gains)} shapes: "
+                  f"{geo:.2f}x")
+    print("choices:", file=sys.stderr)
+    for entry, winner in sorted(autotune._memory.items()):
+        print(f"  {entry.split('|', 1)[1][:60]:60s} -> {winner}", file=sys.stderr)
+    if each:
+        _each(be, torch)
+    if epilogue:
+        _epilogue(be, torch)
+
+
+def _each(be, torch):
+    """Every matmul candidate forced, per shape: what the tuner chooses among."""
+    from ember.backends.wgpu import runners
+    print("\nevery candidate, ms per call (queued), forced with EMBER_WGPU_MATMUL:")
+    for name, fn, _, _, shape in _cases(be, None):
+        if shape is None:
+            continue
+        m, n, k, nb = shape
+        cands = runners._matmul_kernels(be, True, m, n, k, nb, None)
+        row = []
+        for c in cands:
+            try:
+                t = _with({"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c},
+                          lambda fn=fn: _queued(fn, be.sync, target=0.05, repeat=2))
+                row.append(f"{c} {t * 1e3:.3f}")
+            except Exception as e:  # noqa: BLE001
+                row.append(f"{c} FAILED ({type(e).__name__})")
+        print(f"  {name}: " + ", ".join(row), flush=True)
+
+
+def _epilogue(be, torch, size=4096):
+    """relu(x @ w + b) and its parts through Fusion(Wgpu()) against the bare product, tuned
+    and with each tile forced; queued and synced per call."""
+    from ember.backends.wgpu import runners
+    fused = Fusion(be)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    w = rng.standard_normal((size, size), dtype=np.float32) / np.float32(np.sqrt(size))
+    b = rng.standard_normal(size, dtype=np.float32)
+    A, W = (Tensor.from_data(v, backend=be) for v in (a, w))
+    Af, Wf, bf = (Tensor.from_data(v, backend=fused) for v in (a, w, b))
+    got = fused.realize((Af @ Wf + bf).relu()._prim)
+    np.testing.assert_allclose(be.to_numpy(got)[:64], np.maximum(a[:64] @ w + b, 0),
+                               rtol=1e-3, atol=1e-3)
+    cases = {"bare x @ w": lambda: A @ W,
+             "relu(x @ w + b)": lambda: fused.realize((Af @ Wf + bf).relu()._prim),
+             "x @ w + b": lambda: fused.realize((Af @ Wf + bf)._prim),
+             "relu(x @ w)": lambda: fused.realize((Af @ Wf).relu()._prim)}
+    print(f"\nat {size}: ms per call, queued | synced per call; ratio to the bare product")
+    for label, env in [("tuned", {}), *((c, {"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c})
+                                        for c in ["tiled", *runners.MATMUL_TILES])]:
+        times = {}
+        for case, fn in cases.items():
+            try:
+                times[case] = _with(env, lambda fn=fn: (
+                    _queued(fn, be.sync), min(_synced_once(fn, be.sync) for _ in range(5))))
+            except Exception as e:  # noqa: BLE001
+                print(f"  {label} {case}: FAILED {type(e).__name__}: {e}")
+        if "bare x @ w" not in times:
+            continue
+        q0, s0 = times["bare x @ w"]
+        print(f"  {label:12s} " + " | ".join(
+            f"{case} {q * 1e3:.3f} ({q / q0:.3f}x) {s * 1e3:.3f} ({s / s0:.3f}x)"
+            for case, (q, s) in times.items()), flush=True)
+    ta, tw, tb = (torch.from_numpy(v).cuda() for v in (a, w, b))
+    t = _queued(lambda: torch.relu(ta @ tw + tb), torch.cuda.synchronize)
+    print(f"  torch relu(x @ w + b) {t * 1e3:.3f} ms")
+
+
+# ---- the runner's table (any adapter, lavapipe included) ---------------------------------
+def tuned_matmul(ctx):
+    be = Wgpu()
+    rng = np.random.default_rng(0)
+    x, y = (Tensor.from_data(rng.standard_normal((256, 256), dtype=np.float32), backend=be)
+            for _ in range(2))
+
+    def run(env):
+        def call():
+            _with(env, lambda: (x @ y, be.sync()))
+        return call
+    yield ctx.time_row("matmul 256^3: tuned / untuned", *ctx.measure(
+        run({}), run({"EMBER_AUTOTUNE": "0"})))
+
+
+BENCHMARKS = {"tuned_matmul": tuned_matmul}
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", action="store_true", required=True,
+                        help="the GPU run (needs torch with CUDA; else: ember bench autotune)")
+    parser.add_argument("--each", action="store_true", help="every matmul candidate's time")
+    parser.add_argument("--epilogue", action="store_true",
+                        help="relu(x @ w + b) against the bare product at 4096")
+    args = parser.parse_args()
+    gpu(each=args.each, epilogue=args.epilogue)
