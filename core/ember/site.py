@@ -361,6 +361,60 @@ def playground_examples(folder):
     return examples
 
 
+# ---- npm modules served as they are: the playground's code editor ---------------------------
+# CodeMirror 6 and what it imports, pinned. No bundler: each package's ES module entry (and its
+# LICENSE) is served under web/vendor/<name>/, and the playground's import map resolves the
+# bare package names the modules import each other by.
+EDITOR_PACKAGES = ("@codemirror/state@6.7.6", "@codemirror/view@6.43.15",
+                   "@codemirror/language@6.13.1", "@codemirror/commands@6.11.1",
+                   "@codemirror/lang-python@6.2.1", "@codemirror/autocomplete@6.20.4",
+                   "@codemirror/streamparser@6.0.0", "@lezer/common@1.5.5",
+                   "@lezer/highlight@1.2.5", "@lezer/lr@1.4.12", "@lezer/python@1.1.19",
+                   "style-mod@4.1.5", "w3c-keyname@2.2.8", "crelt@1.0.7",
+                   "@marijn/find-cluster-break@1.0.4")
+IMPORTMAP_MARK = '<script type="importmap">{"imports": {}}</script>'
+
+
+def vendor_modules(specs, cache, dest, log=print):
+    """The ES module entry and LICENSE of each npm package of `specs` under dest/<name>/;
+    {name: entry path relative to dest}. A package whose entry imports a file of its own (not
+    another package by name) is refused: only its entry is served."""
+    import re
+    entries = {}
+    for spec in specs:
+        name = spec.rpartition("@")[0]
+        with tarfile.open(npm_pack(spec, cache, log)) as tar:
+            meta = json.loads(tar.extractfile("package/package.json").read())
+            exports = meta.get("exports")
+            exports = exports.get(".", exports) if isinstance(exports, dict) else None
+            entry = exports.get("import") if isinstance(exports, dict) else meta.get("module")
+            if not isinstance(entry, str):
+                raise SiteError(f"{spec}: package.json names no ES module entry")
+            entry = entry.removeprefix("./")
+            code = tar.extractfile(f"package/{entry}").read()
+            if re.search(rb"""(from|import)\s*['"]\.""", code):
+                raise SiteError(f"{spec}: {entry} imports files of its own; serve the package "
+                                "whole or bundle it")
+            (dest / name / entry).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name / entry).write_bytes(code)
+            (dest / name / "LICENSE").write_bytes(tar.extractfile("package/LICENSE").read())
+        entries[name] = f"{name}/{entry}"
+    return entries
+
+
+def add_editor(out, cache, log=print):
+    """CodeMirror under out/web/vendor/ and the playground's import map pointing at it."""
+    vendor, page = out / "web" / "vendor", out / "playground" / "index.html"
+    entries = vendor_modules(EDITOR_PACKAGES, cache, vendor, log)
+    text = page.read_text()
+    if text.count(IMPORTMAP_MARK) != 1:
+        raise SiteError(f"{page}: expected one `{IMPORTMAP_MARK}` to fill")
+    base = Path(os.path.relpath(vendor, page.parent)).as_posix()
+    imports = {name: f"{base}/{path}" for name, path in entries.items()}
+    page.write_text(text.replace(IMPORTMAP_MARK, '<script type="importmap">'
+                                 f'{json.dumps({"imports": imports})}</script>'))
+
+
 # ---- the book ------------------------------------------------------------------------------
 BOOK_SCRIPT = '<script type="module" src="{root}web/book.js"></script>'
 
@@ -574,6 +628,7 @@ def _build(out, root, fast_start, log):
         _copytree(demos / "playground", out / "playground", ignore=("examples",))
         (out / "playground" / "examples.json").write_text(
             json.dumps(playground_examples(demos / "playground" / "examples"), indent=1))
+        add_editor(out, cache, log)
     for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
         _copytree(page, out / "demos" / page.name)
     if (out / "demos" / "train").is_dir():
