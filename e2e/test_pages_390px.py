@@ -1,13 +1,13 @@
 """At a phone's 390 px the playground, a book page and the browser-training example do not
-scroll sideways (code blocks and the code box scroll inside themselves), and the playground's
-keyboard is not trapped in its code box. Offline as every e2e test (conftest.py)."""
+scroll sideways (code blocks and the code editor scroll inside themselves), and the playground's
+keyboard is not trapped in its code editor (CodeMirror: Tab indents, Esc then Tab moves on). Offline as every e2e test (conftest.py)."""
 
 import pytest
 from conftest import run_code, wait_ready
 
 WIDE = """() => { const w = document.documentElement.clientWidth;
   return [document.documentElement.scrollWidth, w, [...document.querySelectorAll('body *')]
-    .filter(e => e.getBoundingClientRect().right > w + 0.5 && !e.closest('pre, textarea'))
+    .filter(e => e.getBoundingClientRect().right > w + 0.5 && !e.closest('pre, textarea, .cm-scroller'))
     .map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '')).slice(0, 5)]; }"""
 
 
@@ -32,14 +32,23 @@ def test_the_playground_runs_at_390px(page):
     assert run_code(page, "print('narrow')").startswith("narrow\n")
 
 
-def test_tab_indents_and_esc_then_tab_leaves_the_code_box(page):
+IN_EDITOR = "() => !!document.activeElement.closest('.cm-editor')"
+
+
+def test_tab_indents_and_esc_then_tab_leaves_the_code_editor(page):
     wait_ready(page)
     page.fill("#code", "")
-    page.focus("#code")
+    page.click(".cm-content")
     page.keyboard.press("Tab")
-    assert page.input_value("#code") == "    "
-    assert page.evaluate("document.activeElement.id") == "code"
+    assert page.input_value("#code") == "    "  # the textarea follows the editor
+    assert page.evaluate(IN_EDITOR)
     page.keyboard.press("Escape")
     page.keyboard.press("Tab")
-    assert page.evaluate("document.activeElement.id") != "code"
+    assert not page.evaluate(IN_EDITOR)
+    assert page.evaluate("document.activeElement.id") != "code"  # not the textarea behind it
     assert page.input_value("#code") == "    "
+    page.keyboard.press("Shift+Tab")  # back into the editor
+    assert page.evaluate(IN_EDITOR)
+    page.keyboard.press("End")  # any key but Esc ends the escape: Tab indents again
+    page.keyboard.press("Tab")
+    assert page.input_value("#code") == "        "

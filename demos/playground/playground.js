@@ -46,7 +46,9 @@ function setCode(text) {
   code.dispatchEvent(new Event("input"));
 }
 import("./editor.js").then(
-  ({ attachEditor }) => attachEditor(code, { onRun: runCode, label: code.getAttribute("aria-label") }),
+  ({ attachEditor }) => {  // (window.__editor: tests read the editor's document through it)
+    window.__editor = attachEditor(code, { onRun: runCode, label: code.getAttribute("aria-label") });
+  },
   (e) => console.warn(`the code editor did not load (${e.message}); the plain text box stays`));
 
 // examples load while Python boots; the first one fills the code box, unless a link shared code
