@@ -1,13 +1,15 @@
 """At a phone's 390 px the playground, a book page and the browser-training example do not
 scroll sideways (code blocks and the code editor scroll inside themselves), and the playground's
-keyboard is not trapped in its code editor (CodeMirror: Tab indents, Esc then Tab moves on). Offline as every e2e test (conftest.py)."""
+keyboard is not trapped in its code editor (CodeMirror: Tab indents, Esc then Tab moves on).
+Offline as every e2e test (conftest.py)."""
 
 import pytest
 from conftest import run_code, wait_ready
 
 WIDE = """() => { const w = document.documentElement.clientWidth;
   return [document.documentElement.scrollWidth, w, [...document.querySelectorAll('body *')]
-    .filter(e => e.getBoundingClientRect().right > w + 0.5 && !e.closest('pre, textarea, .cm-scroller'))
+    .filter(e => e.getBoundingClientRect().right > w + 0.5
+      && !e.closest('pre, textarea, .cm-scroller'))
     .map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '')).slice(0, 5)]; }"""
 
 
