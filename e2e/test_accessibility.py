@@ -1,0 +1,48 @@
+"""Every page of the site scanned by axe-core (npm, fetched into the site's cache at the version
+below and injected by this test: nothing comes from elsewhere) once it is ready; a "serious" or
+"critical" violation fails the page's test, with each rule, its help text and the elements it
+found. Offline as every e2e test (conftest.py)."""
+
+import tarfile
+
+import pytest
+
+from ember import site
+
+AXE = "axe-core@4.14.1"
+PAGES = ["", "demos/mnist/", "demos/image-classification/", "demos/train/", "playground/",
+         "book/", "book/tensors/", "examples/browser-training/", "demos/pyscript/"]
+READY = """() => { const s = document.querySelector('#status');
+  return !s || /^(ready|error)/.test(s.textContent.trim()); }"""
+SCAN = """async () => {
+  const r = await axe.run(document, { resultTypes: ["violations"] });
+  return r.violations.filter(v => v.impact === "serious" || v.impact === "critical")
+    .map(v => ({ id: v.id, impact: v.impact, help: v.help,
+                 nodes: v.nodes.slice(0, 6).map(n => [n.target.join(" "), n.failureSummary]) }));
+}"""
+
+
+@pytest.fixture(scope="module")
+def axe_source():
+    tgz = site.npm_pack(AXE, site.cache_dir(site.source_root()))
+    with tarfile.open(tgz) as tar:
+        return tar.extractfile("package/axe.min.js").read().decode()
+
+
+def scan(page, path, axe_source):
+    page.goto(page.base + path)
+    page.wait_for_load_state("load")
+    page.wait_for_function(READY)
+    page.add_script_tag(content=axe_source)
+    return page.evaluate(SCAN)
+
+
+def describe(violations):
+    return "\n".join(f"{v['impact']} {v['id']}: {v['help']}\n" + "\n".join(
+        f"    {target}: {summary}" for target, summary in v["nodes"]) for v in violations)
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_no_serious_accessibility_violations(page, path, axe_source):
+    violations = scan(page, path, axe_source)
+    assert not violations, f"/{path}:\n{describe(violations)}"
