@@ -46,3 +46,15 @@ def describe(violations):
 def test_no_serious_accessibility_violations(page, path, axe_source):
     violations = scan(page, path, axe_source)
     assert not violations, f"/{path}:\n{describe(violations)}"
+
+
+def test_the_playground_after_a_run_and_with_the_editor_focused(page, axe_source):
+    """What a scan of the fresh page cannot see: long output (a scrolled region), the editor
+    focused, the share link shown."""
+    from conftest import run_code
+    scan(page, "playground/", axe_source)
+    run_code(page, "for i in range(300):\n    print('line', i)\n")
+    page.click("#share")
+    page.click(".cm-content")
+    violations = page.evaluate(SCAN)
+    assert not violations, f"/playground/ after a run:\n{describe(violations)}"
