@@ -538,8 +538,7 @@ print(w.grad(grads))</code></pre>
 </ul>
 </main>
 <footer>ember {version} on Pyodide {pyodide}, served from this machine: nothing is fetched from
-elsewhere, and after one visit the pages work offline. Built by <code>ember site</code>
-(start-up: {techniques}).</footer>
+elsewhere, and after one visit the pages work offline.</footer>
 </body></html>
 """
 
@@ -556,8 +555,7 @@ def write_landing(out, info):
         items += ("\n<li>The ember book is not in this build<p>Install the docs extra "
                   "(<code>pip install -e '.[docs]'</code>) and build again.</p></li>")
     (out / "index.html").write_text(LANDING.format(
-        version=info["ember"], pyodide=PYODIDE_VERSION, items=items,
-        techniques="; ".join(info["techniques"]) or "none (stock files)"))
+        version=info["ember"], pyodide=PYODIDE_VERSION, items=items))
 
 
 # ---- the output folder -----------------------------------------------------------------------
