@@ -13,17 +13,32 @@ WIDE = """() => { const w = document.documentElement.clientWidth;
     .map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '')).slice(0, 5)]; }"""
 
 
-@pytest.mark.parametrize("path", ["playground/", "book/tensors/", "examples/browser-training/"])
+READY = """() => { const s = document.querySelector('#status');
+  return !s || /^(ready|error)/.test(s.textContent.trim()); }"""
+HEADER = """() => { const h = document.querySelector('header h1, h1');
+  const r = h.getBoundingClientRect(); return [r.left, r.right, r.height, h.textContent]; }"""
+
+
+# demos/train/ is s3-demos's page (this session): its backend selector, once the page names the
+# adapter, is 416 px wide at 390 px (`.controls select { max-width: 100% }` in demo.css would
+# do). strict: once it is fixed this test says so, and the mark goes.
+TRAIN_390 = pytest.mark.xfail(strict=True, reason="demos/train: select#backend widens the page")
+
+
+@pytest.mark.parametrize("path", ["", "playground/", "demos/mnist/", "demos/image-classification/",
+                                  pytest.param("demos/train/", marks=TRAIN_390),
+                                  "demos/pyscript/", "book/tensors/",
+                                  "examples/browser-training/"])
 def test_no_sideways_scroll_at_390px(page, path):
     page.set_viewport_size({"width": 390, "height": 844})
-    if path == "playground/":
-        assert wait_ready(page) == "ready"  # the examples' titles are in the selector by then
-    else:
-        page.goto(page.base + path)
-        page.wait_for_load_state("load")
+    page.goto(page.base + path)
+    page.wait_for_load_state("load")
+    page.wait_for_function(READY)  # a page's late content (the examples' titles) is in by then
     scroll_width, width, wide = page.evaluate(WIDE)
     assert width == 390
     assert scroll_width <= width and not wide, (scroll_width, wide)
+    left, right, height, title = page.evaluate(HEADER)  # the title is whole, not cut or squeezed
+    assert 0 <= left and right <= width and 0 < height < 120, (left, right, height, title)
 
 
 def test_the_playground_runs_at_390px(page):

@@ -20,6 +20,9 @@ def test_the_editor_is_codemirror_from_this_site(page):
     names = {u.split("/web/vendor/")[1].rsplit("/", 2)[0] for u in modules}
     assert {"@codemirror/view", "@codemirror/lang-python", "@lezer/python"} <= names, names
     assert all(u.startswith(page.base) for u in modules)
+    precached = page.evaluate("async () => (await (await fetch('/sw.js')).text())")
+    missing = [u for u in modules if f'"{u[len(page.base):]}"' not in precached]
+    assert not missing, f"not in the service worker's precache (offline): {missing}"
     # the textarea is behind it: out of the tab order and of the accessibility tree
     assert page.get_attribute("#code", "tabindex") == "-1"
     assert page.get_attribute("#code", "aria-hidden") == "true"
