@@ -4,6 +4,8 @@ e2e test (conftest.py): a module fetched from anywhere else would fail the test.
 
 from conftest import run_code, wait_ready
 
+from ember import site
+
 EDITOR_TEXT = "() => window.__editor.state.doc.toString()"
 
 
@@ -79,3 +81,29 @@ def test_a_share_link_opens_its_code_in_the_editor(page):
     page.goto(other)
     page.wait_for_function(f"() => ({EDITOR_TEXT})() === 'print(1)\\n'")
     assert page.input_value("#code") == "print(1)\n"
+
+
+def test_the_editor_loads_offline_after_one_visit(browser, site_dir):
+    """The service worker (web/service-worker.js) keeps the editor's modules: with the server
+    gone, a reload still gets CodeMirror, not the plain text box. A context without routing
+    (Playwright's routes bypass service workers); OFFLINE_ARGS keep requests on 127.0.0.1."""
+    srv = site.SiteServer(site_dir).start()
+    context = browser.new_context()
+    try:
+        pg = context.new_page()
+        pg.set_default_timeout(120_000)
+        pg.base = srv.url
+        assert wait_ready(pg) == "ready"
+        pg.wait_for_selector(".cm-content")
+        pg.wait_for_function("() => navigator.serviceWorker.controller !== null")
+        pg.wait_for_function("async () => (await caches.keys()).length > 0")
+        srv.shutdown()
+        srv.server_close()
+        pg.reload()
+        pg.wait_for_selector(".cm-editor .cm-content")
+        assert "def gelu_custom(x):" in editor_text(pg)
+        assert pg.get_attribute("#code", "aria-hidden") == "true"  # the editor, not the fallback
+    finally:
+        context.close()
+        srv.shutdown()
+        srv.server_close()
