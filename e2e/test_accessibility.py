@@ -42,10 +42,12 @@ def describe(violations):
         f"    {target}: {summary}" for target, summary in v["nodes"]) for v in violations)
 
 
+@pytest.mark.parametrize("width", [1280, 390])  # (at 390 px more boxes scroll: keyboard access)
 @pytest.mark.parametrize("path", PAGES)
-def test_no_serious_accessibility_violations(page, path, axe_source):
+def test_no_serious_accessibility_violations(page, path, width, axe_source):
+    page.set_viewport_size({"width": width, "height": 844})
     violations = scan(page, path, axe_source)
-    assert not violations, f"/{path}:\n{describe(violations)}"
+    assert not violations, f"/{path} at {width} px:\n{describe(violations)}"
 
 
 def test_the_playground_after_a_run_and_with_the_editor_focused(page, axe_source):

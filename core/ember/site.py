@@ -520,7 +520,7 @@ and compiled C kernels on the CPU), <strong>Wgpu</strong> (WGSL kernels on WebGP
 Metal) or <strong>Torch</strong> (PyTorch's kernels), with <strong>Autodiff</strong> as a
 decorator around any of them. The same pure-Python wheel runs natively and, through Pyodide, in
 this page, on its WebGPU or its CPU.</p>
-<pre><code>from ember import Tensor, Distribution
+<pre tabindex="0" aria-label="example code"><code>from ember import Tensor, Distribution
 from ember.backend import Autodiff, NdArray, Wgpu
 
 def model(x, w):                      # one model code ...

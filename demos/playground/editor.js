@@ -43,7 +43,9 @@ export function attachEditor(textarea, { onRun, label }) {
         indentUnit.of("    "), EditorState.tabSize.of(4), theme,
         keymap.of([{ key: "Mod-Enter", run: () => { onRun(); return true; } },
                    indentWithTab, ...defaultKeymap, ...historyKeymap]),
-        EditorView.contentAttributes.of({ "aria-label": label, "aria-describedby": "code-help" }),
+        // (tabindex: axe counts the scroller's content as focusable only with one)
+        EditorView.contentAttributes.of({ "aria-label": label, "aria-describedby": "code-help",
+                                          tabindex: "0" }),
         EditorView.updateListener.of((u) => {
           if (u.docChanged) textarea.value = u.state.doc.toString();
         }),
