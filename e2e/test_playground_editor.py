@@ -2,6 +2,7 @@
 npm at build time), over the textarea #code that stays the value behind it. Offline as every
 e2e test (conftest.py): a module fetched from anywhere else would fail the test."""
 
+import pytest
 from conftest import run_code, wait_ready
 
 from ember import site
@@ -107,3 +108,20 @@ def test_the_editor_loads_offline_after_one_visit(browser, site_dir):
         context.close()
         srv.shutdown()
         srv.server_close()
+
+
+@pytest.mark.allow_console_errors  # (the refused modules are logged as failed loads)
+def test_without_the_editors_modules_the_textarea_is_the_editor(page):
+    page.route("**/web/vendor/**", lambda r: r.abort())
+    assert wait_ready(page) == "ready"
+    assert page.locator(".cm-editor").count() == 0
+    assert page.is_visible("#code") and page.get_attribute("#code", "tabindex") is None
+    assert "def gelu_custom(x):" in page.input_value("#code")
+    page.fill("#code", "")
+    page.focus("#code")
+    page.keyboard.press("Tab")  # the plain box indents too, and Esc then Tab still leaves it
+    assert page.input_value("#code") == "    "
+    page.keyboard.press("Escape")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") != "code"
+    assert run_code(page, "print('plain')").startswith("plain\n")
