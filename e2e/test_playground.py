@@ -16,10 +16,20 @@ def gelu_reference(values):
     return a * (np.vectorize(math.erf)(a / math.sqrt(2)) + 1) / 2
 
 
-def test_landing_page_lists_the_pages(page):
+def test_landing_page_says_what_ember_is_and_shows_the_pages(page):
     page.goto(page.base)
-    links = page.eval_on_selector_all("#pages a", "els => els.map(e => e.getAttribute('href'))")
-    assert "playground/" in links and "demos/pyscript/" in links
+    lead = page.text_content(".lead")
+    assert "deep-learning framework in Python" in lead and "Burn" in lead
+    assert all(b in lead for b in ("NdArray", "Wgpu", "Torch", "Pyodide"))
+    cards = page.eval_on_selector_all("#pages li", """els => els.map(e => [
+      e.querySelector('a').getAttribute('href'), e.querySelector('p')?.textContent ?? ''])""")
+    links = [href for href, _ in cards]
+    assert links[:4] == ["demos/mnist/", "demos/image-classification/", "demos/train/",
+                         "playground/"], links
+    assert "demos/pyscript/" in links and "book/" in links
+    assert all(len(line) > 20 for _, line in cards), cards  # a line that says what each does
+    for href in links:  # every card leads to a page of the site
+        assert page.request.get(page.base + href).ok, href
 
 
 def test_playground_reaches_ready_and_runs_the_seeds_gelu_custom(page):

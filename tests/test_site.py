@@ -219,16 +219,69 @@ def test_cli_has_site_and_demo():
         parser.parse_args(["site"])  # --out is required
 
 
-def test_landing_page_lists_built_pages(tmp_path):
-    for page, title in (("playground", "ember playground"), ("demos/mnist", "MNIST")):
+def test_landing_page_shows_the_built_pages_as_cards(tmp_path):
+    for page, title in (("playground", "ember playground"), ("demos/mnist", "MNIST"),
+                        ("demos/new-one", "A <new> page")):
         (tmp_path / page).mkdir(parents=True)
         (tmp_path / page / "index.html").write_text(f"<title>{title}</title>")
     (tmp_path / "pyscript").mkdir()
     (tmp_path / "pyscript" / "index.html").write_text("<title>x</title>")
-    site.write_landing(tmp_path, {"ember": "0.1.0", "techniques": []})
+    site.write_landing(tmp_path, {"ember": "0.1.0", "techniques": [], "book": "book/"})
     text = (tmp_path / "index.html").read_text()
-    assert 'href="playground/"' in text and 'href="demos/mnist/"' in text
-    assert 'href="pyscript/"' not in text and "stock files" in text
+    cards = text.split('<ul id="pages">')[1].split("</ul>")[0].strip().splitlines()
+    # the known pages first, in PAGES' order, each with its line; an unknown one by its title
+    assert [c.split('"')[1] for c in cards] == ["demos/mnist/", "playground/", "demos/new-one/"]
+    assert "<p>An MNIST ConvNet reads your handwriting" in cards[0]
+    assert ">Playground</a><p>" in cards[1] and ">A &lt;new&gt; page</a></li>" in cards[2]
+    assert 'href="pyscript/"' not in text  # (the runtime's folder, not a page)
+    assert "deep-learning framework in Python after Rust's Burn" in text
+
+
+def fake_npm_package(cache, spec, files, exports=True):
+    """An npm tarball where npm_pack looks for it, with package.json naming dist/index.js."""
+    import io
+    import tarfile
+    name, _, version = spec.rpartition("@")
+    path = cache / "downloads" / f"{name.lstrip('@').replace('/', '-')}-{version}.tgz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"exports": {"import": "./dist/index.js"}} if exports else {"main": "index.cjs"}
+    with tarfile.open(path, "w:gz") as tar:
+        for member, data in {"package.json": json.dumps(meta), "LICENSE": "MIT", **files}.items():
+            info = tarfile.TarInfo(f"package/{member}")
+            info.size = len(data.encode())
+            tar.addfile(info, io.BytesIO(data.encode()))
+
+
+def test_the_editor_modules_are_served_under_web_vendor_with_an_import_map(tmp_path, monkeypatch):
+    specs = ("@scope/a@1.0.0", "b@2.0.0")
+    fake_npm_package(tmp_path, specs[0], {"dist/index.js": "import {x} from 'b';\nexport {x};"})
+    fake_npm_package(tmp_path, specs[1], {"dist/index.js": "export const x = 1;"})
+    monkeypatch.setattr(site, "_run", lambda *a, **kw: pytest.fail("no download expected"))
+    monkeypatch.setattr(site, "EDITOR_PACKAGES", specs)
+    out = tmp_path / "site"
+    (out / "playground").mkdir(parents=True)
+    page = out / "playground" / "index.html"
+    page.write_text(f"<head>{site.IMPORTMAP_MARK}</head>")
+    site.add_editor(out, tmp_path)
+    assert (out / "web/vendor/@scope/a/dist/index.js").read_text().startswith("import {x}")
+    assert (out / "web/vendor/b/LICENSE").read_text() == "MIT"
+    text = page.read_text()
+    imports = json.loads(text.split('<script type="importmap">')[1].split("</script>")[0])
+    assert imports == {"imports": {"@scope/a": "../web/vendor/@scope/a/dist/index.js",
+                                   "b": "../web/vendor/b/dist/index.js"}}
+    page.write_text("<head></head>")  # a page without the mark: said so
+    with pytest.raises(site.SiteError, match="expected one"):
+        site.add_editor(out, tmp_path)
+
+
+@pytest.mark.parametrize("files,exports,error", [
+    ({"dist/index.js": "import {y} from './y.js';"}, True, "imports files of its own"),
+    ({"index.cjs": ""}, False, "names no ES module entry")])
+def test_a_package_that_cannot_be_served_as_one_module_is_refused(tmp_path, files, exports,
+                                                                   error):
+    fake_npm_package(tmp_path, "c@1.0.0", files, exports)
+    with pytest.raises(site.SiteError, match=error):
+        site.vendor_modules(["c@1.0.0"], tmp_path, tmp_path / "vendor")
 
 
 # ---- the output folder: nothing ember did not build is ever deleted ---------------------------

@@ -21,6 +21,8 @@ const style = document.createElement("link");
 style.rel = "stylesheet";
 style.href = new URL("book.css", import.meta.url).href;
 document.head.append(style);
+// Material's search box is a dialog without a name (axe: aria-dialog-name)
+document.querySelector('.md-search[role="dialog"]:not([aria-label])')?.setAttribute("aria-label", "Search");
 
 const blocks = [...document.querySelectorAll("div.language-python")].map((div, index) => {
   const code = div.querySelector("code")?.textContent ?? "";

@@ -361,6 +361,60 @@ def playground_examples(folder):
     return examples
 
 
+# ---- npm modules served as they are: the playground's code editor ---------------------------
+# CodeMirror 6 and what it imports, pinned. No bundler: each package's ES module entry (and its
+# LICENSE) is served under web/vendor/<name>/, and the playground's import map resolves the
+# bare package names the modules import each other by.
+EDITOR_PACKAGES = ("@codemirror/state@6.7.6", "@codemirror/view@6.43.15",
+                   "@codemirror/language@6.13.1", "@codemirror/commands@6.11.1",
+                   "@codemirror/lang-python@6.2.1", "@codemirror/autocomplete@6.20.4",
+                   "@codemirror/streamparser@6.0.0", "@lezer/common@1.5.5",
+                   "@lezer/highlight@1.2.5", "@lezer/lr@1.4.12", "@lezer/python@1.1.19",
+                   "style-mod@4.1.5", "w3c-keyname@2.2.8", "crelt@1.0.7",
+                   "@marijn/find-cluster-break@1.0.4")
+IMPORTMAP_MARK = '<script type="importmap">{"imports": {}}</script>'
+
+
+def vendor_modules(specs, cache, dest, log=print):
+    """The ES module entry and LICENSE of each npm package of `specs` under dest/<name>/;
+    {name: entry path relative to dest}. A package whose entry imports a file of its own (not
+    another package by name) is refused: only its entry is served."""
+    import re
+    entries = {}
+    for spec in specs:
+        name = spec.rpartition("@")[0]
+        with tarfile.open(npm_pack(spec, cache, log)) as tar:
+            meta = json.loads(tar.extractfile("package/package.json").read())
+            exports = meta.get("exports")
+            exports = exports.get(".", exports) if isinstance(exports, dict) else None
+            entry = exports.get("import") if isinstance(exports, dict) else meta.get("module")
+            if not isinstance(entry, str):
+                raise SiteError(f"{spec}: package.json names no ES module entry")
+            entry = entry.removeprefix("./")
+            code = tar.extractfile(f"package/{entry}").read()
+            if re.search(rb"""(from|import)\s*['"]\.""", code):
+                raise SiteError(f"{spec}: {entry} imports files of its own; serve the package "
+                                "whole or bundle it")
+            (dest / name / entry).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name / entry).write_bytes(code)
+            (dest / name / "LICENSE").write_bytes(tar.extractfile("package/LICENSE").read())
+        entries[name] = f"{name}/{entry}"
+    return entries
+
+
+def add_editor(out, cache, log=print):
+    """CodeMirror under out/web/vendor/ and the playground's import map pointing at it."""
+    vendor, page = out / "web" / "vendor", out / "playground" / "index.html"
+    entries = vendor_modules(EDITOR_PACKAGES, cache, vendor, log)
+    text = page.read_text()
+    if text.count(IMPORTMAP_MARK) != 1:
+        raise SiteError(f"{page}: expected one `{IMPORTMAP_MARK}` to fill")
+    base = Path(os.path.relpath(vendor, page.parent)).as_posix()
+    imports = {name: f"{base}/{path}" for name, path in entries.items()}
+    page.write_text(text.replace(IMPORTMAP_MARK, '<script type="importmap">'
+                                 f'{json.dumps({"imports": imports})}</script>'))
+
+
 # ---- the book ------------------------------------------------------------------------------
 BOOK_SCRIPT = '<script type="module" src="{root}web/book.js"></script>'
 
@@ -419,32 +473,89 @@ def write_service_worker(out, root, tag, boot_files):
     return files
 
 
+# The landing page: what ember is, then a card per page of the build (the known ones in this
+# order, with a line each; any other page after them, by its title).
+PAGES = (("demos/mnist/", "Draw a digit",
+          "An MNIST ConvNet reads your handwriting as you draw, on the page's WebGPU or its CPU."),
+         ("demos/image-classification/", "Classify an image",
+          "A Fashion-MNIST model names the garment in a photo you pick or drop on the page."),
+         ("demos/train/", "Train in the page",
+          "ember's Learner trains a digit classifier in a Web Worker: live loss and accuracy "
+          "curves, stop and resume, the weights to download or to draw with."),
+         ("playground/", "Playground",
+          "Write Python and run it here, ember and NumPy installed: tensors, autodiff, WebGPU."),
+         ("book/", "The ember book",
+          "From tensors to WGSL kernels; every code block runs in the page."),
+         ("examples/browser-training/", "Example: training in the browser",
+          "An MLP learns the two spirals with the Learner: the train.py that runs natively, "
+          "here in a Web Worker."),
+         ("demos/pyscript/", "ember with PyScript",
+          "The same wheel under PyScript: Python in the page's HTML."))
+
 LANDING = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>ember in the browser</title>
+<html lang="en"><head><meta charset="utf-8">
+<title>ember: deep learning in Python, in this page</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
-<style>body{{font:16px/1.5 system-ui,sans-serif;max-width:44rem;margin:2rem auto;padding:0 1rem}}
-code{{background:#f3f3f3;padding:0 .2em}}</style></head>
-<body><h1>ember in the browser</h1>
-<p>ember {version} on Pyodide {pyodide}, served from this machine; after one visit to a page
-that runs Python, every page works offline.</p>
+<link rel="stylesheet" href="web/site.css">
+<style>
+main {{ max-width: 60rem; margin: 0 auto; padding: 1rem; }}
+.lead {{ font-size: 1.15rem; max-width: 44rem; }}
+pre {{ background: var(--panel); border: 1px solid var(--line); border-radius: 6px;
+      padding: .75rem 1rem; overflow-x: auto; font-size: .85rem; line-height: 1.45; }}
+#pages {{ list-style: none; padding: 0; display: grid; gap: .75rem;
+         grid-template-columns: repeat(auto-fill, minmax(16rem, 1fr)); }}
+#pages li {{ background: var(--panel); border: 1px solid var(--line); border-radius: 6px;
+            padding: .75rem 1rem; }}
+#pages a {{ font-weight: 600; font-size: 1.05rem; }}
+#pages p {{ margin: .3rem 0 0; color: var(--muted); font-size: .92rem; }}
+</style></head>
+<body>
+<header class="site"><h1>ember</h1>
+<span class="hint">deep learning in Python, in this page</span></header>
+<main>
+<p class="lead">ember is a deep-learning framework in Python after Rust's Burn: you write a model
+once against one tensor API and run it on the backend you choose: <strong>NdArray</strong> (NumPy
+and compiled C kernels on the CPU), <strong>Wgpu</strong> (WGSL kernels on WebGPU, Vulkan or
+Metal) or <strong>Torch</strong> (PyTorch's kernels), with <strong>Autodiff</strong> as a
+decorator around any of them. The same pure-Python wheel runs natively and, through Pyodide, in
+this page, on its WebGPU or its CPU.</p>
+<pre tabindex="0" aria-label="example code"><code>from ember import Tensor, Distribution
+from ember.backend import Autodiff, NdArray, Wgpu
+
+def model(x, w):                      # one model code ...
+    return (x @ w).tanh()
+
+B = Autodiff(NdArray())               # ... on any backend: Autodiff(Wgpu()), Torch("cuda"),
+                                      # in a page: Autodiff(await Wgpu.create())
+x = Tensor.random([8, 4], Distribution.Default, backend=B)
+w = Tensor.random([4, 2], Distribution.Default, backend=B).require_grad()
+grads = model(x, w).sum().backward()
+print(w.grad(grads))</code></pre>
+<h2>Try it here</h2>
 <ul id="pages">
 {items}
 </ul>
-<p>Built by <code>ember site</code>; start-up techniques: {techniques}.</p>
+</main>
+<footer>ember {version} on Pyodide {pyodide}, served from this machine: nothing is fetched from
+elsewhere, and after one visit the pages work offline.</footer>
 </body></html>
 """
 
 
 def write_landing(out, info):
-    items = "\n".join(f'<li><a href="{html.escape(url)}">{html.escape(title)}</a> '
-                      f'<code>/{html.escape(url)}</code></li>' for url, title in _pages(out))
+    found = dict(_pages(out))
+    cards = [(url, title, line) for url, title, line in PAGES if url in found]
+    known = {url for url, _, _ in PAGES}
+    cards += [(url, title, "") for url, title in found.items() if url not in known]
+    items = "\n".join(f'<li><a href="{html.escape(url)}">{html.escape(title)}</a>'
+                      + (f"<p>{html.escape(line)}</p>" if line else "") + "</li>"
+                      for url, title, line in cards)
     if not info.get("book"):
-        items += ("\n<li>The ember book is not in this build: install the docs extra "
-                  "(<code>pip install -e '.[docs]'</code>) and build again</li>")
+        items += ("\n<li>The ember book is not in this build<p>Install the docs extra "
+                  "(<code>pip install -e '.[docs]'</code>) and build again.</p></li>")
     (out / "index.html").write_text(LANDING.format(
-        version=info["ember"], pyodide=PYODIDE_VERSION, items=items,
-        techniques=", ".join(info["techniques"]) or "none (stock files)"))
+        version=info["ember"], pyodide=PYODIDE_VERSION, items=items))
 
 
 # ---- the output folder -----------------------------------------------------------------------
@@ -574,6 +685,7 @@ def _build(out, root, fast_start, log):
         _copytree(demos / "playground", out / "playground", ignore=("examples",))
         (out / "playground" / "examples.json").write_text(
             json.dumps(playground_examples(demos / "playground" / "examples"), indent=1))
+        add_editor(out, cache, log)
     for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
         _copytree(page, out / "demos" / page.name)
     if (out / "demos" / "train").is_dir():

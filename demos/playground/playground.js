@@ -39,13 +39,26 @@ function sharedCode() {
   }
 }
 
+// The code box's value is the textarea's; setCode tells the editor (attachEditor listens for
+// `input`), which loads beside Python. Without it (its modules failed) the textarea is the editor.
+function setCode(text) {
+  code.value = text;
+  code.dispatchEvent(new Event("input"));
+}
+import("./editor.js").then(
+  ({ attachEditor }) => {  // (window.__editor: tests read the editor's document through it)
+    window.__editor = attachEditor(code, { onRun: runCode, label: code.getAttribute("aria-label") });
+  },
+  (e) => console.warn(`the code editor did not load (${e.message}); the plain text box stays`));
+
 // examples load while Python boots; the first one fills the code box, unless a link shared code
 code.value = sharedCode() ?? "";
+addEventListener("hashchange", () => { const shared = sharedCode(); if (shared !== null) setCode(shared); });
 const examples = fetch("examples.json").then((r) => r.json()).then((list) => {
   const select = $("examples");
   for (const ex of list) select.add(new Option(ex.title, ex.name));
-  select.onchange = () => { code.value = list.find((e) => e.name === select.value).code; };
-  if (!code.value) code.value = list[0]?.code ?? "";
+  select.onchange = () => setCode(list.find((e) => e.name === select.value).code);
+  if (!code.value) setCode(list[0]?.code ?? "");
   return list;
 }).catch((e) => append(`could not load the examples: ${e.message}\n`, "error"));
 
