@@ -5,6 +5,8 @@ PyTorch eager (CUDA where there is one, fp32 with TF32 off; else the CPU).
 - train step, batch 128: forward, backward and Adam (BatchNorm in training, dropout 0.25);
   eager is `Autodiff(Wgpu())` op by op, jit is `ember.jit(train_step)` of API.md's form.
 - inference, batch 1 and 256: the model in eval mode, eager and under ember.jit.
+- "fused": ember.jit on `Autodiff(Fusion(Wgpu()))`: Fusion.compile has Wgpu record the fused
+  kernels (elementwise chains, epilogues, row kernels) of one run, replayed as one submission.
 - "jit-ops": ember.jit replaying op by op (the plan's compiled runner dropped), which parts
   the gain of whole-step capture (no Python of modules, autodiff and the optimizer) from the
   gain of the plan encoded once (one submission, no Python per op).
@@ -42,7 +44,7 @@ import numpy as np
 
 import ember
 from ember import Tensor, nn, optim
-from ember.backend import Autodiff, Wgpu
+from ember.backend import Autodiff, Fusion, Wgpu
 from ember.models import ConvNet
 
 
@@ -152,14 +154,16 @@ def main(quick=False, batches=(128, 1, 256), profiling=False):
 
     W = Wgpu()
     B = Autodiff(W)
+    FW = Fusion(W)  # "fused": the same jit on Autodiff(Fusion(Wgpu())), Fusion.compile's plan
+    FB = Autodiff(FW)
     torch.manual_seed(0)
     theirs = _torch_convnet(torch).to(device)
     weights = {k: v.detach().cpu().numpy() for k, v in theirs.state_dict().items()}
 
-    def ours():
+    def ours(backend=B):
         model = ConvNet()
         ember.record.load_state_dict(model, weights)
-        return model.to(B)
+        return model.to(backend)
 
     print(f"# {W}  vs  PyTorch {torch.__version__} on {device}"
           f"{' (' + torch.cuda.get_device_name() + ')' if cuda else ''}, fp32, TF32 off")
@@ -169,14 +173,19 @@ def main(quick=False, batches=(128, 1, 256), profiling=False):
     theirs.eval()
     model = ours().valid()  # eval mode, on Wgpu itself (no gradient tracking)
     fast, slow = ember.jit(model), op_by_op(ember.jit(model))
+    fused = ember.jit(ours(FB).valid())
     for batch in batches[1:]:
         x = np.random.default_rng(batch).random((batch, 1, 28, 28), dtype=np.float32)
         ex, tx = Tensor.from_data(x, backend=W), torch.from_numpy(x).to(device)
+        fx = Tensor.from_data(x, backend=FW)
         with torch.no_grad():
             want = theirs(tx).cpu().numpy()
         np.testing.assert_allclose(model(ex).to_numpy(), want, rtol=1e-3, atol=1e-4)
         for _ in range(3):
             got = fast(ex)
+        np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-3, atol=1e-4)
+        for _ in range(3):
+            got = fused(fx)
         np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-3, atol=1e-4)
 
         def torch_infer(tx=tx):
@@ -186,7 +195,8 @@ def main(quick=False, batches=(128, 1, 256), profiling=False):
 
         t = measure({"eager": lambda ex=ex: (model(ex), W.sync()),
                      "jit-ops": lambda ex=ex: (slow(ex), W.sync()),
-                     "jit": lambda ex=ex: (fast(ex), W.sync()), "torch": torch_infer},
+                     "jit": lambda ex=ex: (fast(ex), W.sync()),
+                     "fused": lambda fx=fx: (fused(fx), FW.sync()), "torch": torch_infer},
                     rounds, number * (5 if batch == 1 else 1))
         rows.append((f"inference batch {batch}", t))
 
@@ -195,14 +205,15 @@ def main(quick=False, batches=(128, 1, 256), profiling=False):
     rng = np.random.default_rng(0)
     x = rng.random((batch, 1, 28, 28), dtype=np.float32)
     y = rng.integers(0, 10, batch)
-    ex, ey = Tensor.from_data(x, backend=B), Tensor.from_data(y.astype(np.int32), backend=B)
+    inputs = {b: (Tensor.from_data(x, backend=b), Tensor.from_data(y.astype(np.int32), backend=b))
+              for b in (B, FB)}
     tx, ty = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
     theirs.train()
 
     def ember_step(states, name):
         s = states[name]
-        s["model"], s["loss"] = s["step"](s["model"], ex, ey)
-        W.sync()
+        s["model"], s["loss"] = s["step"](s["model"], *inputs[s["backend"]])
+        s["backend"].sync()
 
     t_opt = torch.optim.Adam(theirs.parameters(), lr=1e-3)
     t_loss = torch.nn.CrossEntropyLoss()
@@ -216,17 +227,20 @@ def main(quick=False, batches=(128, 1, 256), profiling=False):
             return opt.step(model, gp), loss
 
         step = train_step if name == "eager" else ember.jit(train_step)
-        return {"model": ours().train(), "step": op_by_op(step) if name == "jit-ops" else step}
+        backend = FB if name == "fused" else B
+        return {"model": ours(backend).train(), "backend": backend,
+                "step": op_by_op(step) if name == "jit-ops" else step}
 
     losses = {}
-    for name in ("eager", "jit"):  # the same training, eager and replayed: the same losses
+    for name in ("eager", "jit", "fused"):  # the same training eager and replayed: same losses
         ember.seed(0)
         states = {name: fresh(name)}
         for _ in range(6):
             ember_step(states, name)
             losses.setdefault(name, []).append(states[name]["loss"].item())
     same = np.max(np.abs(np.subtract(losses["eager"], losses["jit"])))
-    states = {name: fresh(name) for name in ("eager", "jit-ops", "jit")}
+    same_fused = np.max(np.abs(np.subtract(losses["eager"], losses["fused"])))
+    states = {name: fresh(name) for name in ("eager", "jit-ops", "jit", "fused")}
 
     def torch_step():
         t_opt.zero_grad()
@@ -237,6 +251,7 @@ def main(quick=False, batches=(128, 1, 256), profiling=False):
     t = measure({"eager": lambda: ember_step(states, "eager"),
                  "jit-ops": lambda: ember_step(states, "jit-ops"),
                  "jit": lambda: ember_step(states, "jit"),
+                 "fused": lambda: ember_step(states, "fused"),
                  "torch": torch_step}, rounds, number)
     rows.insert(0, (f"train step batch {batch} (fwd+bwd+Adam)", t))
     plan = next(iter(states["jit"]["step"]._plans.values()))
@@ -246,18 +261,20 @@ def main(quick=False, batches=(128, 1, 256), profiling=False):
     after = W.stats()
     loss = states["jit"]["loss"].item()
 
-    print(f"{'case':38s} {'eager':>9s} {'jit-ops':>9s} {'jit':>9s} {'torch':>9s} "
-          f"{'eager/torch':>11s} {'jit/torch':>9s} {'eager/jit':>9s} {'ops/jit':>8s}")
+    print(f"{'case':38s} {'eager':>9s} {'jit-ops':>9s} {'jit':>9s} {'fused':>9s} {'torch':>9s} "
+          f"{'eager/torch':>11s} {'jit/torch':>9s} {'fused/torch':>11s} {'eager/jit':>9s} "
+          f"{'ops/jit':>8s}")
     for case, t in rows:
         print(f"{case:38s} {t['eager']:8.3f}m {t['jit-ops']:8.3f}m {t['jit']:8.3f}m "
-              f"{t['torch']:8.3f}m {t['eager'] / t['torch']:10.2f}x "
-              f"{t['jit'] / t['torch']:8.2f}x {t['eager'] / t['jit']:8.2f}x "
-              f"{t['jit-ops'] / t['jit']:7.2f}x")
+              f"{t['fused']:8.3f}m {t['torch']:8.3f}m {t['eager'] / t['torch']:10.2f}x "
+              f"{t['jit'] / t['torch']:8.2f}x {t['fused'] / t['torch']:10.2f}x "
+              f"{t['eager'] / t['jit']:8.2f}x {t['jit-ops'] / t['jit']:7.2f}x")
     print(f"# (m = ms per call) jit train step: {'compiled' if runner else 'op by op'}, "
           f"{len(runner.commands) if runner else '-'} dispatches in "
           f"{after['submits'] - before['submits']} submission(s) per replay, "
           f"{after['reads'] - before['reads']} reads; loss after the runs {loss:.4f}; "
-          f"6 steps eager vs jit from one seed: losses differ by at most {same:.3g}")
+          f"6 steps eager vs jit from one seed: losses differ by at most {same:.3g} "
+          f"(fused: {same_fused:.3g})")
     if profiling and runner is not None:
         profile(W, states["jit"]["step"], lambda: ember_step(states, "jit"))
 

@@ -19,14 +19,8 @@ HEADER = """() => { const h = document.querySelector('header h1, h1');
   const r = h.getBoundingClientRect(); return [r.left, r.right, r.height, h.textContent]; }"""
 
 
-# demos/train/ is s3-demos's page (this session): its backend selector, once the page names the
-# adapter, is 416 px wide at 390 px (`.controls select { max-width: 100% }` in demo.css would
-# do). strict: once it is fixed this test says so, and the mark goes.
-TRAIN_390 = pytest.mark.xfail(strict=True, reason="demos/train: select#backend widens the page")
-
-
 @pytest.mark.parametrize("path", ["", "playground/", "demos/mnist/", "demos/image-classification/",
-                                  pytest.param("demos/train/", marks=TRAIN_390),
+                                  "demos/train/",
                                   "demos/pyscript/", "book/tensors/",
                                   "examples/browser-training/"])
 def test_no_sideways_scroll_at_390px(page, path):
