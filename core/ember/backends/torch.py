@@ -300,8 +300,9 @@ def _scalar(v, like):
     return v if type(v) is torch.Tensor else torch.tensor(v, dtype=like.dtype)
 
 
+# (torch parses a keyword `out=None` at a cost per call: it is passed only when given)
 def _unary(fn):
-    return lambda x, out=None: fn(x, out=out)
+    return lambda x, out=None: fn(x) if out is None else fn(x, out=out)
 
 
 def _binary(fn, scalar_right=True):
@@ -314,7 +315,7 @@ def _binary(fn, scalar_right=True):
             b = _scalar(b, a)
         elif type(b) is bool:
             b = int(b)
-        return fn(a, b, out=out)
+        return fn(a, b) if out is None else fn(a, b, out=out)
     return run
 
 
@@ -361,6 +362,10 @@ def _scatter(x, idx, v, dim, out=None):
     _in_range("scatter", idx, x.shape[dim], dim)
     out = x.clone() if out is None else out
     return out.scatter_add_(dim, idx.long(), v)  # (int64 indices: what every torch takes)
+
+
+def _relu(x, out=None):  # (clamp_min: NaN stays NaN)
+    return torch.clamp_min(x, 0) if out is None else torch.clamp_min(x, 0, out=out)
 
 
 def _mask_where(x, mask, value, out=None):
@@ -485,7 +490,7 @@ def _kernels():
 
     table = {
         OPS["gelu"]: lambda x, out=None: F.gelu(x),
-        OPS["relu"]: lambda x, out=None: torch.clamp_min(x, 0, out=out),  # NaN stays NaN
+        OPS["relu"]: _relu,
         OPS["maximum"]: _binary(torch.maximum, scalar_right=False),
         OPS["minimum"]: _binary(torch.minimum, scalar_right=False),
         OPS["cast"]: _cast,
