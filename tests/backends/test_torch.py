@@ -321,6 +321,12 @@ def test_index_checks_move_out_of_the_plan(B, plans):
         shifted(x, y - 1)
     (steps, table, inputs, runner), = plans
     assert torch_backend._index_limits(steps, table, inputs) is None and runner is None
+    del plans[:]
+    fixed = ember.jit(lambda x: x.gather(1, (y + 0).reshape(5, 1)))  # a constant: its bounds
+    for _ in range(3):
+        fixed(x)
+    (steps, table, inputs, _), = plans
+    assert torch_backend._index_limits(steps, table, inputs) == {}
 
 
 def test_out_of_range_labels_raise_embers_error_under_jit(B, plans):

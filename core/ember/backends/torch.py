@@ -164,12 +164,14 @@ def _index_limits(steps, table, inputs):
             idx, size = ins[1], shapes[ins[0]][attrs["dim"]]
             if idx in arg_of:
                 limits[arg_of[idx]] = min(size, limits.get(arg_of[idx], size))
-            elif not (idx in bounds and bounds[idx][0] >= 0 and bounds[idx][1] < size):
+                continue
+            lo, hi = _bound(idx, bounds, table) or (-1, -1)
+            if lo < 0 or hi >= size:
                 return None
         elif op.kind == MOVEMENT and len(ins) == 1:  # a view: some of the values, repeated
             if ins[0] in arg_of:
                 arg_of[out] = arg_of[ins[0]]
-            elif ins[0] in bounds:
+            elif _bound(ins[0], bounds, table) is not None:
                 bounds[out] = bounds[ins[0]]
         else:
             found = _bounds(op, [_bound(s, bounds, table) for s in ins],
@@ -182,7 +184,9 @@ def _index_limits(steps, table, inputs):
 def _bound(slot, bounds, table):
     # an integer constant's bounds are read once, at compile time
     c = table[slot]
-    if slot not in bounds and type(c) is torch.Tensor and c.numel() and not (
+    if slot not in bounds and type(c) is int:
+        bounds[slot] = c, c
+    elif slot not in bounds and type(c) is torch.Tensor and c.numel() and not (
             c.is_floating_point() or c.dtype is torch.bool):
         bounds[slot] = tuple(torch.stack(torch.aminmax(c)).tolist())
     return bounds.get(slot)
