@@ -76,7 +76,7 @@ def test_a_missing_gpu_is_refused_with_the_count():
 
 
 # ---- the kernel table -------------------------------------------------------------------------
-def test_every_op_has_a_kernel():
+def test_every_op_has_a_kernel(B):  # (B: the table is filled by the first Torch())
     assert sorted(op.name for op in OPS.values() if op not in torch_backend.KERNELS) == []
 
 
@@ -93,7 +93,7 @@ def test_no_op_runs_through_numpy(B, monkeypatch):
         raise AssertionError("an op ran its NumPy implementation")
     for op in OPS.values():
         monkeypatch.setitem(vars(op), "np", numpy_ran)
-    losses = _train(Autodiff(B), steps=1)
+    losses = _train(Autodiff(B), steps=1)[0]
     assert np.isfinite(losses).all()
     x = Tensor.from_data(data((2, 3, 4, 4)), backend=B)
     y = (x[:, :, ::-1].gelu().erf().argmax(1).cast("float32") + x.sin().min_dim(0)).sum()
@@ -234,28 +234,123 @@ def test_records_save_and_load_through_torch(B, tmp_path):
 
 
 # ---- training ---------------------------------------------------------------------------------
-def _train(backend, steps, batch=16):
+def _train(backend, steps, batch=16, jit=False):
     """Losses of `steps` Adam steps of a small MNIST ConvNet, the same weights, data and
-    dropout masks on any backend."""
+    dropout masks on any backend, and the trained model; jit: the whole step under ember.jit."""
     ember.seed(0)
     model = ConvNet(channels=(8, 16), hidden=32, backend=backend)
     rng = np.random.default_rng(0)
     x = Tensor.from_data(rng.random((batch, 1, 28, 28), dtype=np.float32), backend=backend)
     y = Tensor.from_data(rng.integers(0, 10, batch).astype(np.int32), backend=backend)
     loss_fn, opt = nn.CrossEntropyLoss(), optim.Adam(lr=1e-2)
+
+    def step(model, x, y):
+        loss = loss_fn(model(x), y)
+        return opt.step(model, optim.GradientsParams.from_grads(loss.backward(), model)), loss
+    fast = ember.jit(step) if jit else step
     losses = []
     for _ in range(steps):
-        loss = loss_fn(model(x), y)
-        grads = loss.backward()
-        model = opt.step(model, optim.GradientsParams.from_grads(grads, model))
+        model, loss = fast(model, x, y)
         losses.append(loss.item())
-    return np.array(losses)
+    return np.array(losses), model, fast
 
 
 def test_training_matches_ndarray(B):
-    ours, reference = _train(Autodiff(B), 4), _train(Autodiff(NdArray()), 4)
+    ours, reference = _train(Autodiff(B), 4)[0], _train(Autodiff(NdArray()), 4)[0]
     assert ours[-1] < ours[0]  # it learns
     np.testing.assert_allclose(ours, reference, rtol=2e-4)
+
+
+def test_a_jit_training_step_equals_eager(B):
+    """The whole step (forward, backward, Adam) under ember.jit: op by op on the CPU, the very
+    same numbers; one CUDA graph on CUDA, equal to rounding (a CUDA graph's Adam takes its
+    step's scalars as tensors). The convolutions' biases, which batch norm cancels, train on
+    rounding noise alone: only the losses and the weights are compared."""
+    (eager, want, _), (jitted, got, _) = (_train(Autodiff(B), 5, jit=j) for j in (False, True))
+    tol = dict(rtol=0) if CPU else dict(rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(jitted, eager, **tol)
+    for (name, p), (_, q) in zip(got.named_params(), want.named_params()):
+        if CPU or name.endswith("weight"):
+            np.testing.assert_allclose(p.to_numpy(), q.to_numpy(), **tol, err_msg=name)
+
+
+def _gather_step():
+    """A jit step whose loss gathers the labels (an argument) with an index op."""
+    opt = optim.Adam(lr=1e-2)
+
+    def step(model, x, y):
+        loss = -model(x).gather(1, y.reshape(y.shape[0], 1)).mean()
+        return opt.step(model, optim.GradientsParams.from_grads(loss.backward(), model)), loss
+    return ember.jit(step)
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """The plans ember.jit hands Torch.compile, as (steps, table, inputs), and its answers."""
+    seen, compile = [], Torch.compile
+
+    def spy(self, steps, table, inputs, outputs):
+        runner = compile(self, steps, table, inputs, outputs)
+        seen.append((steps, table, inputs, runner))
+        return runner
+    monkeypatch.setattr(Torch, "compile", spy)
+    return seen
+
+
+def test_index_checks_move_out_of_the_plan(B, plans):
+    """Which plans may skip their index ops' host checks: max pooling's gradient scatters to
+    indices in range by construction (no check left); a gather of the labels checks the
+    labels' bounds before the replay; an index computed otherwise keeps the checks."""
+    _train(Autodiff(B), 3, jit=True)
+    (steps, table, inputs, _), = plans
+    assert any(s.op is OPS["scatter"] for s in steps)
+    assert torch_backend._index_limits(steps, table, inputs) == {}
+    del plans[:]
+    model = nn.Linear(4, 3, backend=Autodiff(B))
+    x = Tensor.from_data(data((5, 4)), backend=Autodiff(B))
+    y = Tensor.from_data(np.array([0, 1, 2, 1, 0], np.int32), backend=Autodiff(B))
+    fast = _gather_step()
+    for _ in range(3):
+        model, _ = fast(model, x, y)
+    (steps, table, inputs, _), = plans
+    y_slot = next(i for i, p in enumerate(inputs) if p is y._prim.prim)
+    assert torch_backend._index_limits(steps, table, inputs) == {y_slot: 3}
+    del plans[:]
+    shifted = ember.jit(lambda x, y: x.gather(1, (y + 1).reshape(5, 1)))
+    for _ in range(3):
+        shifted(x, y - 1)
+    (steps, table, inputs, runner), = plans
+    assert torch_backend._index_limits(steps, table, inputs) is None and runner is None
+    del plans[:]
+    fixed = ember.jit(lambda x: x.gather(1, (y + 0).reshape(5, 1)))  # a constant: its bounds
+    for _ in range(3):
+        fixed(x)
+    (steps, table, inputs, _), = plans
+    assert torch_backend._index_limits(steps, table, inputs) == {}
+
+
+def test_out_of_range_labels_raise_embers_error_under_jit(B, plans):
+    """After the plan is compiled (a CUDA graph on CUDA), labels out of range are found
+    before the replay: the op-by-op replay raises ember's error, never a device assert;
+    the next good labels replay the graph again."""
+    AB = Autodiff(B)
+    model = nn.Linear(4, 3, backend=AB)
+    x = Tensor.from_data(data((5, 4)), backend=AB)
+    good = Tensor.from_data(np.array([0, 1, 2, 1, 0], np.int32), backend=AB)
+    fast = _gather_step()
+    losses = []
+    for _ in range(4):
+        model, loss = fast(model, x, good)
+        losses.append(loss.item())
+    for labels in ([0, 1, 3, 1, 0], [0, -1, 2, 1, 0]):
+        bad = Tensor.from_data(np.array(labels, np.int32), backend=AB)
+        with pytest.raises(ember.ShapeError, match=r"gather: index -?\d+ is out of range for "
+                           r"dim 1 of size 3; indices must lie in \[0, 3\)"):
+            fast(model, x, bad)
+    model, loss = fast(model, x, good)
+    assert loss.item() < losses[-1]  # it still trains
+    if not CPU:
+        assert plans[0][3].__self__.graph is not None
 
 
 def test_jit_replays_on_torch(B):
@@ -297,3 +392,19 @@ def test_jit_on_cuda_replays_one_cuda_graph(B):
     assert plan.runner is not None and plan.runner[0].__self__.graph is not None
     for x, out in zip(xs, outs):  # each result its own copy, not the graph's next output
         np.testing.assert_allclose(out.to_numpy(), model(x).to_numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_jit_training_step_on_cuda_is_one_cuda_graph(B):
+    """Forward, backward (max pooling's scatters included) and Adam: one launch per step."""
+    if B.device.type != "cuda":
+        pytest.skip("CUDA graphs need Torch('cuda'): EMBER_TEST_TORCH_DEVICE=cuda runs this")
+    _, model, fast = _train(Autodiff(B), 3, jit=True)
+    (plan,) = fast._plans.values()
+    assert plan.runner is not None and plan.runner[0].__self__.graph is not None
+    rng = np.random.default_rng(1)
+    x = Tensor.from_data(rng.random((16, 1, 28, 28), dtype=np.float32), backend=Autodiff(B))
+    y = Tensor.from_data(rng.integers(0, 10, 16).astype(np.int32), backend=Autodiff(B))
+    with ember.fusion.trace() as t:
+        fast(model, x, y)
+    graphs = [k for k in t.kernels if "adam" in k.ops]  # (the others: dropout's new mask)
+    assert len(graphs) == 1 and {"conv2d", "scatter", "conv2d_weight"} <= set(graphs[0].ops)

@@ -35,13 +35,15 @@ from ..backend.base import Backend, sole_owner
 from ..dtype import DTYPES
 from ..errors import BackendError
 from ..fusion import launched
-from ..ops import BINARY, COMPARE, INDEX, LINALG, MOVEMENT, OPS, SOURCE, UNARY
+from ..ops import BINARY, COMPARE, LINALG, MOVEMENT, OPS, SOURCE, UNARY
 from ..ops.definitions import _check_index
 
 torch = F = None  # imported by _load(), when the first Torch() is made
 KERNELS = {}  # THE table: op -> fn(*inputs, **attrs), `out=` an input it may write into
+CHECKED = set()  # the index ops whose kernels check their indices (_in_range) on the host
 TORCH_DTYPES = {}  # ember dtype -> torch dtype
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+_proven = False  # True while a CUDA graph's plan runs: its indices are checked (_Graph)
 
 
 class Torch(Backend):
@@ -131,48 +133,133 @@ class Torch(Backend):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    compiles_scalars = True  # compile() takes live scalars (Python floats) among its inputs
+
     def compile(self, steps, table, inputs, outputs, run=None):
         """ember.jit's plan as one CUDA graph: captured on its first replay, then each replay
-        copies the arguments in and launches the whole plan at once, no Python per op. Plans
-        with an index op (which checks its indices on the host, and a graph cannot wait for
-        the host) replay op by op, as every plan does on the CPU."""
+        copies the arguments in and launches the whole plan at once, no Python per op. Index
+        ops check their indices on the host, which a graph cannot wait for: a plan is graphed
+        where each index is in range by construction (max pooling's, _bounds) or is an
+        argument (labels), whose bounds one reduction checks before each replay; a replay that
+        fails it runs op by op, which raises ember's error. Elsewhere (and on the CPU): None."""
         if run is not None or self.device.type != "cuda" or any(
-                step.op.kind == INDEX for step in steps):
+                type(p) is not torch.Tensor and type(p) is not float for p in inputs):
             return None
-        return _Graph(self, steps, table, len(inputs), outputs).run
+        limits = _index_limits(steps, table, inputs)
+        return None if limits is None else _Graph(self, steps, table, inputs, outputs,
+                                                  limits).run
+
+
+def _index_limits(steps, table, inputs):
+    """{argument: the size its values must stay below} for the plan's index ops, or None
+    where an index computed in the plan is not proven in range. An index may be an argument
+    or a view of one; or values whose bounds _bounds follows from their making."""
+    shapes = {i: p.shape for i, p in enumerate(inputs) if type(p) is torch.Tensor}
+    shapes.update((i, p.shape) for i, p in enumerate(table) if type(p) is torch.Tensor)
+    arg_of = {i: i for i in shapes if i < len(inputs)}  # slot -> the argument it views
+    bounds, limits = {}, {}  # slot -> (lowest, highest) value
+    for op, ins, attrs, shape, dtype, out in steps:
+        shapes[out] = shape
+        if op in CHECKED:  # (input 1 indexes dim `dim` of input 0)
+            idx, size = ins[1], shapes[ins[0]][attrs["dim"]]
+            if idx in arg_of:
+                limits[arg_of[idx]] = min(size, limits.get(arg_of[idx], size))
+                continue
+            lo, hi = _bound(idx, bounds, table) or (-1, -1)
+            if lo < 0 or hi >= size:
+                return None
+        elif op.kind == MOVEMENT and len(ins) == 1:  # a view: some of the values, repeated
+            if ins[0] in arg_of:
+                arg_of[out] = arg_of[ins[0]]
+            elif _bound(ins[0], bounds, table) is not None:
+                bounds[out] = bounds[ins[0]]
+        else:
+            found = _bounds(op, [_bound(s, bounds, table) for s in ins],
+                            [shapes.get(s) for s in ins], dtype)
+            if found is not None:
+                bounds[out] = found
+    return limits
+
+
+def _bound(slot, bounds, table):
+    # an integer constant's bounds are read once, at compile time
+    c = table[slot]
+    if slot not in bounds and type(c) is int:
+        bounds[slot] = c, c
+    elif slot not in bounds and type(c) is torch.Tensor and c.numel() and not (
+            c.is_floating_point() or c.dtype is torch.bool):
+        bounds[slot] = tuple(torch.stack(torch.aminmax(c)).tolist())
+    return bounds.get(slot)
+
+
+def _bounds(op, bounds, shapes, dtype):
+    """The bounds of an integer op's result from its inputs', where known: max pooling's flat
+    indices into H*W, and sums of bounded values (max pooling's gradient offsets each plane's
+    indices by a constant)."""
+    if op is OPS["max_pool2d_indices"]:
+        h, w = shapes[0][2:]
+        return 0, h * w - 1
+    if op is OPS["add"] and None not in bounds and dtype in ("int32", "int64"):
+        lo, hi = bounds[0][0] + bounds[1][0], bounds[0][1] + bounds[1][1]
+        return (lo, hi) if -2 ** 31 <= lo and hi < 2 ** 31 else None  # (no int32 wrap)
+    return None
 
 
 class _Graph:
-    def __init__(self, backend, steps, table, n_inputs, outputs):
+    def __init__(self, backend, steps, table, inputs, outputs, limits):
         self.backend, self.steps, self.table = backend, steps, table
-        self.n_inputs, self.outputs = n_inputs, outputs
+        self.n_inputs, self.outputs, self.limits = len(inputs), outputs, limits
+        self.names = tuple(step.op.name for step in steps if step.op.kind != MOVEMENT)
         self.graph, self.failed = None, False
 
     def _run(self, values):
-        execute = self.backend.execute
-        for op, ins, attrs, shape, dtype, out in self.steps:
-            values[out] = execute(op, [values[s] for s in ins], attrs, shape, dtype)
+        global _proven
+        execute, _proven = self.backend.execute, True  # (_index_limits checked the indices)
+        try:
+            for op, ins, attrs, shape, dtype, out in self.steps:
+                values[out] = execute(op, [values[s] for s in ins], attrs, shape, dtype)
+        finally:
+            _proven = False
 
     def _capture(self, inputs):
-        # the graph reads its arguments from buffers of its own; warmed up on a side stream
-        # first, so cuBLAS and cuDNN set up their workspaces outside the capture
-        self.static = [x.clone() for x in inputs]
+        # the graph reads its arguments from buffers of its own, live scalars from a float64
+        # vector (0-d tensors where the ops took floats); warmed up on a side stream first, so
+        # cuBLAS and cuDNN set up their workspaces outside the capture
+        device = self.backend.device
+        self.scalars = [i for i, x in enumerate(inputs) if type(x) is float]
+        self.vector = torch.tensor([inputs[i] for i in self.scalars], dtype=torch.float64,
+                                   device=device)
+        self.tensors = [i for i, x in enumerate(inputs) if type(x) is torch.Tensor]
+        self.static = [inputs[i].clone() for i in self.tensors]
         values = list(self.table)
-        values[:self.n_inputs] = self.static
-        side = torch.cuda.Stream(self.backend.device)
-        side.wait_stream(torch.cuda.current_stream(self.backend.device))
+        for i, x in zip(self.tensors, self.static):
+            values[i] = x
+        for k, i in enumerate(self.scalars):
+            values[i] = self.vector[k]
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             self._run(list(values))
-        torch.cuda.current_stream(self.backend.device).wait_stream(side)
+        torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             self._run(values)
         self.graph, self.values = graph, values
+        self.made = [s for s in self.outputs if s >= self.n_inputs and self.table[s] is None]
+
+    def _in_range(self, inputs):
+        """Whether the arguments used as indices are below their sizes: one reduction of each
+        and one wait for the GPU, for all of them."""
+        used = [(inputs[i], size) for i, size in self.limits.items() if inputs[i].numel()]
+        if not used:
+            return True
+        ends = torch.stack([torch.stack(torch.aminmax(x)).long() for x, _ in used]).tolist()
+        return all(lo >= 0 and hi < size for (lo, hi), (_, size) in zip(ends, used))
 
     def run(self, inputs):
+        if self.failed or not self._in_range(inputs):
+            return None
         if self.graph is None:
-            if self.failed:
-                return None
             try:
                 self._capture(inputs)
             except Exception as e:  # noqa: BLE001 (an op torch cannot capture: op by op)
@@ -180,11 +267,18 @@ class _Graph:
                 warnings.warn(f"Torch: ember.jit's plan cannot be a CUDA graph ({e}); it "
                               "replays op by op", RuntimeWarning, stacklevel=3)
                 return None
-        for static, x in zip(self.static, inputs):
-            static.copy_(x)
+        if self.scalars:
+            self.vector.copy_(torch.tensor([inputs[i] for i in self.scalars],
+                                           dtype=torch.float64))
+        torch._foreach_copy_(self.static, [inputs[i] for i in self.tensors])
         self.graph.replay()
+        launched(self.names)  # (the whole plan: one launch)
         # the graph's buffers are overwritten by the next replay: results are copies
-        return {s: self.values[s].clone() for s in self.outputs}
+        made = [torch.empty_like(self.values[s]) for s in self.made]
+        torch._foreach_copy_(made, [self.values[s] for s in self.made])
+        out = {s: inputs[s] if s < self.n_inputs else self.table[s] for s in self.outputs}
+        out.update(zip(self.made, made))
+        return out
 
 
 def _load():
@@ -200,6 +294,7 @@ def _load():
     torch, F = t, f
     TORCH_DTYPES.update({d: getattr(torch, d) for d in DTYPES})
     KERNELS.update(_kernels())
+    CHECKED.update(OPS[name] for name in ("gather", "scatter", "select"))
 
 
 # ---- the kernels ----------------------------------------------------------------------------
@@ -209,8 +304,9 @@ def _scalar(v, like):
     return v if type(v) is torch.Tensor else torch.tensor(v, dtype=like.dtype)
 
 
+# (torch parses a keyword `out=None` at a cost per call: it is passed only when given)
 def _unary(fn):
-    return lambda x, out=None: fn(x, out=out)
+    return lambda x, out=None: fn(x) if out is None else fn(x, out=out)
 
 
 def _binary(fn, scalar_right=True):
@@ -223,14 +319,15 @@ def _binary(fn, scalar_right=True):
             b = _scalar(b, a)
         elif type(b) is bool:
             b = int(b)
-        return fn(a, b, out=out)
+        return fn(a, b) if out is None else fn(a, b, out=out)
     return run
 
 
 def _in_range(name, idx, size, dim):
     """The op table's index check (a ShapeError naming the bad index): on CUDA an index out of
-    range is a device-side assert that ends the process."""
-    if idx.numel():
+    range is a device-side assert that ends the process. Skipped in a CUDA graph's plan, whose
+    indices _index_limits proved in range (_proven)."""
+    if idx.numel() and not _proven:
         _check_index(name, np.array(torch.stack(torch.aminmax(idx)).tolist()), size, dim)
 
 
@@ -269,6 +366,10 @@ def _scatter(x, idx, v, dim, out=None):
     _in_range("scatter", idx, x.shape[dim], dim)
     out = x.clone() if out is None else out
     return out.scatter_add_(dim, idx.long(), v)  # (int64 indices: what every torch takes)
+
+
+def _relu(x, out=None):  # (clamp_min: NaN stays NaN)
+    return torch.clamp_min(x, 0) if out is None else torch.clamp_min(x, 0, out=out)
 
 
 def _mask_where(x, mask, value, out=None):
@@ -366,7 +467,10 @@ def _adam(x, g, s, w, beta2, bc2_sqrt, eps, step):
     torch.lerp(s[1], g, w, out=m)
     torch.mul(s[2], beta2, out=v).addcmul_(g, g, value=1 - beta2)
     torch.sqrt(v, out=new_x).div_(bc2_sqrt).add_(eps)
-    torch.addcdiv(x, m, new_x, value=step, out=new_x)
+    if type(step) is torch.Tensor:  # (a CUDA graph's live scalar: addcdiv takes numbers only)
+        torch.div(m, new_x, out=new_x).mul_(step).add_(x)
+    else:
+        torch.addcdiv(x, m, new_x, value=step, out=new_x)
     return out
 
 
@@ -390,7 +494,7 @@ def _kernels():
 
     table = {
         OPS["gelu"]: lambda x, out=None: F.gelu(x),
-        OPS["relu"]: lambda x, out=None: torch.clamp_min(x, 0, out=out),  # NaN stays NaN
+        OPS["relu"]: _relu,
         OPS["maximum"]: _binary(torch.maximum, scalar_right=False),
         OPS["minimum"]: _binary(torch.minimum, scalar_right=False),
         OPS["cast"]: _cast,
