@@ -343,11 +343,24 @@ def pin_runtime(site_pyodide):
     return tag
 
 
-def point_at_pinned(ember_js, tag):
+BYTES_MARK = "const BOOT_BYTES = null;"
+
+
+def point_at_pinned(ember_js, tag, boot_bytes=None):
+    """ember.js's default indexURL made the pinned runtime's; `boot_bytes` (what a boot loads
+    from there, as sent) written in for its progress bar."""
     text = ember_js.read_text()
-    if text.count(PIN_MARK) != 1:
-        raise SiteError(f"{ember_js}: expected one `{PIN_MARK}` (the default indexURL) to pin")
+    if text.count(PIN_MARK) != 1 or text.count(BYTES_MARK) != 1:
+        raise SiteError(f"{ember_js}: expected one `{PIN_MARK}` (the default indexURL) to pin "
+                        f"and one `{BYTES_MARK}`")
+    text = text.replace(BYTES_MARK, f"const BOOT_BYTES = {json.dumps(boot_bytes)};")
     ember_js.write_text(text.replace(PIN_MARK, f'new URL("../pyodide/{tag}/", import.meta.url)'))
+
+
+def sent_size(path):
+    """The bytes the server sends for `path`: its precompressed .gz where there is one."""
+    gz = Path(f"{path}.gz")
+    return (gz if path.suffix in COMPRESSIBLE and gz.is_file() else path).stat().st_size
 
 
 def is_pinned(url_path):
@@ -587,7 +600,11 @@ def _build(out, root, fast_start, log):
     tag = pin_runtime(site_pyodide)
     techniques += ["the runtime pinned under a content-addressed folder, cached for good"]
     _copytree(root / "web", out / "web", ignore=("tools", "README.md", "service-worker.js"))
-    point_at_pinned(out / "web" / "ember.js", tag)
+    boot_wheels = [packages[n]["file_name"] + ".gz" for n in with_dependencies(site_lock,
+                                                                              BOOT_PACKAGES)]
+    point_at_pinned(out / "web" / "ember.js", tag, sum(sent_size(site_pyodide / f) for f in (
+        "pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip",
+        "pyodide-lock.json", *boot_wheels)))
     book = build_book(root, out / "book", log)
     # the examples that have a page (docs/examples/*/index.html), e.g. training in the browser
     for page in sorted((root / "docs" / "examples").glob("*/index.html")):
@@ -614,8 +631,7 @@ def _build(out, root, fast_start, log):
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
     precompress(out, skip=("pyodide",))
-    boot = [f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + [
-        packages[n]["file_name"] + ".gz" for n in with_dependencies(site_lock, BOOT_PACKAGES)]
+    boot = [f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + boot_wheels
     write_service_worker(out, root, tag, boot)
     return info
 
