@@ -69,8 +69,11 @@ function showBar() {
   if (!status) return null;
   const bar = document.createElement("span");
   bar.className = "ember-progress";
-  bar.style.cssText = "display:inline-flex;align-items:center;gap:.4em;margin:0 .5em;font-size:.85em";
+  // small and wrapping: it must fit beside #status in a 390 px wide header
+  bar.style.cssText = "display:inline-flex;flex-wrap:wrap;align-items:center;gap:.4em;" +
+    "max-width:100%;margin:0 .5em;font-size:.85em";
   const meter = document.createElement("progress"), label = document.createElement("span");
+  meter.style.width = "6em";
   meter.setAttribute("aria-label", "loading Python");
   bar.append(meter, label);
   status.after(bar);
