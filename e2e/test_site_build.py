@@ -70,3 +70,21 @@ def test_the_runtime_is_pinned_and_ember_js_points_there(site_dir):
     for name in files:  # the same files (hard links), not copies
         assert (pinned / name).stat().st_ino == (site_dir / "pyodide" / name).stat().st_ino
     assert f'"../{info["pinned_runtime"]}"' in (site_dir / "web" / "ember.js").read_text()
+
+
+def test_compressible_files_have_their_gzip_beside_them_and_ember_js_knows_the_boot_bytes(
+        site_dir):
+    """precompress: what the server sends with Content-Encoding (e2e/test_startup.py serves it)."""
+    made = sorted(site_dir.rglob("*.gz"))
+    for name in ("pyodide/pyodide.asm.wasm", "pyodide/pyodide.asm.js", "web/boot.js",
+                 "playground/index.html"):
+        assert site_dir / f"{name}.gz" in made, name
+    assert not (site_dir / "pyodide" / "python_stdlib.zip.gz").exists()  # it would not pay
+    for gz in made[:40]:
+        assert gzip.decompress(gz.read_bytes()) == gz.with_suffix("").read_bytes(), gz
+    sw = (site_dir / "sw.js").read_text()
+    precached = json.loads(sw.split("const PRECACHE = ")[1].split(";\n")[0])
+    assert [f for f in precached if f.endswith(".gz")] == [
+        f for f in precached if f.startswith("pyodide/") and f.endswith(".whl.gz")]
+    boot = re.search(r"const BOOT_BYTES = (\d+);", (site_dir / "web" / "ember.js").read_text())
+    assert 10e6 < int(boot.group(1)) < 15e6, boot

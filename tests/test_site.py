@@ -175,8 +175,9 @@ def test_the_pinned_runtime_is_cached_for_good_and_the_rest_revalidated(served, 
 def test_ember_js_is_pointed_at_the_pinned_runtime(tmp_path):
     ember_js = tmp_path / "ember.js"
     ember_js.write_text((ROOT / "web" / "ember.js").read_text())
-    site.point_at_pinned(ember_js, "0123456789abcdef")
+    site.point_at_pinned(ember_js, "0123456789abcdef", 14_000_000)
     assert 'new URL("../pyodide/0123456789abcdef/", import.meta.url)' in ember_js.read_text()
+    assert "const BOOT_BYTES = 14000000;" in ember_js.read_text()  # for the progress bar
     with pytest.raises(site.SiteError, match="default indexURL"):
         site.point_at_pinned(ember_js, "0123456789abcdef")  # already pinned: nothing to rewrite
 
@@ -568,3 +569,49 @@ def test_the_service_worker_precaches_the_pages_and_a_rebuild_renames_its_cache(
     assert build()[1] == first  # the same build, the same cache
     (out / "book" / "index.html").write_text("a new chapter")
     assert build()[1] != first  # any change: a new cache (the old one goes on activate)
+
+
+def test_precompress_writes_a_gz_only_where_it_pays(tmp_path):
+    (tmp_path / "a.wasm").write_bytes(bytes(4096))  # compresses well
+    import random
+    (tmp_path / "noise.js").write_bytes(random.Random(0).randbytes(2048))  # gzip cannot shrink
+    (tmp_path / "tiny.json").write_text("{}" * 100)  # under 1 KiB: not worth a file
+    (tmp_path / "data.npz").write_bytes(bytes(4096))  # not a kind the server compresses
+    (tmp_path / "skip").mkdir()
+    (tmp_path / "skip" / "b.js").write_bytes(bytes(4096))
+    site.precompress(tmp_path, skip=("skip",))
+    made = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.gz"))
+    assert made == ["a.wasm.gz"]
+    import gzip
+    assert gzip.decompress((tmp_path / "a.wasm.gz").read_bytes()) == bytes(4096)
+    assert site.sent_size(tmp_path / "a.wasm") == (tmp_path / "a.wasm.gz").stat().st_size
+    assert site.sent_size(tmp_path / "data.npz") == 4096
+
+
+def test_the_server_sends_the_precompressed_file_to_a_browser_that_takes_gzip(served, tmp_path):
+    import gzip
+    (tmp_path / "big.wasm").write_bytes(bytes(8192))
+    site.precompress(tmp_path)
+
+    def get(headers):
+        request = urllib.request.Request(served.url + "big.wasm", headers=headers)
+        with urllib.request.urlopen(request) as r:
+            return r.headers, r.read()
+    headers, body = get({"Accept-Encoding": "gzip, deflate, br"})
+    assert headers["Content-Encoding"] == "gzip" and headers["Vary"] == "Accept-Encoding"
+    assert headers["Content-Type"] == "application/wasm"  # the file's type, not gzip's
+    assert int(headers["Content-Length"]) == len(body) < 8192
+    assert gzip.decompress(body) == bytes(8192)
+    assert served.bytes_sent == len(body)  # the bytes that went out, compressed
+    for refused in ({}, {"Accept-Encoding": "br, gzip;q=0"}):
+        plain, body = get(refused)
+        assert plain["Content-Encoding"] is None and plain["Vary"] == "Accept-Encoding"
+        assert body == bytes(8192)
+        assert plain["ETag"] != headers["ETag"]  # a cache never mixes the two encodings
+    request = urllib.request.Request(served.url + "big.wasm", headers={
+        "Accept-Encoding": "gzip", "If-None-Match": headers["ETag"]})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(request)
+    assert e.value.code == 304
+    with urllib.request.urlopen(served.url + "a.wasm") as r:  # no .gz beside it: as it is
+        assert r.headers["Vary"] is None and r.headers["Content-Encoding"] is None

@@ -40,9 +40,33 @@ async def run(code, filename="<playground>", fresh=True, namespace=None):
 // Pyodide's file system, loads the shared libraries as loadPackage does, marks the packages
 // loaded and refreshes only site-packages' import cache. web/README.md has the measurements.
 
+// ---- bytes, for a progress bar -----------------------------------------------------------------
+// byteMeter(indexURL, onBytes) counts the bytes of the boot files under indexURL as they come:
+// the runtime's (fetched by Pyodide itself) as each one completes, from resource timing
+// (encodedBodySize: the body as sent, compressed or not, from the network or the cache), and the
+// wheels' (fetched here) as they stream in. onBytes(total so far) after each change.
+export function byteMeter(indexURL, onBytes = () => {}) {
+  const seen = new Map(); // url -> bytes
+  const report = () => onBytes([...seen.values()].reduce((a, b) => a + b, 0));
+  let observer = null;
+  if (typeof PerformanceObserver === "function") {
+    observer = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) {
+        if (e.name.startsWith(indexURL) && e.encodedBodySize) seen.set(e.name, e.encodedBodySize);
+      }
+      report();
+    });
+    try { observer.observe({ type: "resource" }); } catch { observer = null; }
+  }
+  return {
+    add(url, n) { seen.set(url, (seen.get(url) ?? 0) + n); report(); },
+    stop() { observer?.disconnect(); },
+  };
+}
+
 // {name, fileName, installDir, files: [[path, Uint8Array]], libraries: [[path, WebAssembly.Module]]}
-// for `names` and their dependencies, dependencies first
-export async function fetchPackages(indexURL, names = ["ember"]) {
+// for `names` and their dependencies, dependencies first; `meter`: a byteMeter
+export async function fetchPackages(indexURL, names = ["ember"], meter = null) {
   const lockResponse = await fetch(`${indexURL}pyodide-lock.json`);
   if (!lockResponse.ok) throw new Error(`cannot load ${indexURL}pyodide-lock.json`);
   const lock = (await lockResponse.json()).packages;
@@ -59,8 +83,8 @@ export async function fetchPackages(indexURL, names = ["ember"]) {
     if (entry.install_dir !== "site" || !entry.file_name.endsWith(".whl")) {
       throw new Error(`${entry.name}: only wheels installed into site-packages are unpacked here`);
     }
-    const files = await unzip(await fetchWheel(`${indexURL}${entry.file_name}`, entry.sha256),
-                              entry.file_name);
+    const files = await unzip(await fetchWheel(`${indexURL}${entry.file_name}`, entry.sha256,
+                                               meter), entry.file_name);
     // the shared libraries compile here too (WebAssembly.compile copies the bytes at once)
     const libraries = await Promise.all(files.filter(([path]) => SHARED_LIBRARY.test(path))
       .map(async ([path, data]) => [path, await WebAssembly.compile(data)]));
@@ -73,11 +97,15 @@ export async function fetchPackages(indexURL, names = ["ember"]) {
 // wheel beside it (its members stored): one gunzip by the browser's zlib, as the bytes arrive,
 // instead of an inflate per member. Without one (or without crypto.subtle, outside a secure
 // context) the wheel itself, which the browser checks through subresource integrity.
-async function fetchWheel(url, sha256) {
+async function fetchWheel(url, sha256, meter) {
   if (globalThis.crypto?.subtle && typeof DecompressionStream === "function") {
     const response = await fetch(`${url}.gz`);
     if (response.ok) {
-      const body = response.body.pipeThrough(new DecompressionStream("gzip"));
+      const count = new TransformStream({ transform(chunk, queue) {
+        meter?.add(response.url, chunk.byteLength);
+        queue.enqueue(chunk);
+      } });
+      const body = response.body.pipeThrough(count).pipeThrough(new DecompressionStream("gzip"));
       const bytes = await new Response(body).arrayBuffer();
       const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
       const hex = Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
@@ -188,12 +216,12 @@ function canInstallUnpacked(pyodide) {
     && typeof pyodide.FS?.writeFile === "function" && typeof pyodide.loadedPackages === "object";
 }
 
-// boot({indexURL, cdn, emberWheelURL, unpacked, progress, stdout, stderr})
+// boot({indexURL, cdn, emberWheelURL, unpacked, progress, bytes, stdout, stderr})
 //   -> {pyodide, run, versions, timings}
 // unpacked: a promise of fetchPackages(indexURL) started elsewhere (ember.js, on the page's thread,
 // for a worker); by default boot fetches them itself once the runtime is up. A failure there falls
-// back to loadPackage. progress(stage, message); stdout/stderr(text) receive raw text as Python
-// writes it.
+// back to loadPackage. progress(stage, message); bytes(n): the boot files' bytes so far (byteMeter);
+// stdout/stderr(text) receive raw text as Python writes it.
 // ember's caches (~/.cache/ember: ember.autotune's choices) live in IndexedDB, so a second visit
 // tunes nothing: the folder is mounted from it before ember is imported, and written back after
 // each run (a walk over a few small files). Where IndexedDB is missing (some private windows),
@@ -214,7 +242,7 @@ async function mountCache(FS) {
 }
 
 export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, progress = () => {},
-                             stdout = () => {}, stderr = () => {} }) {
+                             bytes = () => {}, stdout = () => {}, stderr = () => {} }) {
   const t0 = performance.now();
   unpacked?.catch(() => {}); // handled below, once the runtime is up
   const timings = {};
@@ -229,7 +257,13 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
   } catch (e) {
     throw new Error(`cannot load ${indexURL}pyodide.mjs: ${e.message}`);
   }
-  const pyodide = await loadPyodide({ indexURL, fullStdLib: false });
+  const meter = byteMeter(indexURL, bytes);
+  let pyodide;
+  try {
+    pyodide = await loadPyodide({ indexURL, fullStdLib: false });
+  } finally {
+    if (unpacked) meter.stop(); // (else the wheels' bytes follow: fetchPackages below)
+  }
   pyodide.setStdout(writer(stdout));
   pyodide.setStderr(writer(stderr));
   const persist = await mountCache(pyodide.FS);
@@ -241,11 +275,12 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
   let packages = null;
   if (!cdn && canInstallUnpacked(pyodide)) {
     try {
-      packages = await (unpacked ?? fetchPackages(indexURL));
+      packages = await (unpacked ?? fetchPackages(indexURL, ["ember"], meter));
     } catch (e) {
       progress("packages", `unpacking in JS failed (${e?.message ?? e}); loadPackage instead`);
     }
   }
+  meter.stop();
   if (packages) {
     await installUnpacked(pyodide, packages);
   } else if (cdn) {

@@ -1,6 +1,6 @@
 // The Web Worker behind loadEmber({worker: true}): boots Pyodide here and runs code on request,
 // so a long Python computation never freezes the page. Messages in: boot, packages (the wheels
-// the page fetched and unpacked meanwhile: fetchPackages in boot.js), run; out: progress, ready,
+// the page fetched and unpacked meanwhile: fetchPackages in boot.js), run; out: progress, bytes, ready,
 // stdout, stderr, done, error.
 import { boot } from "./boot.js";
 
@@ -47,6 +47,7 @@ self.onmessage = async ({ data: m }) => {
         indexURL: m.indexURL, cdn: m.cdn, emberWheelURL: m.wheel,
         unpacked: m.packagesFromPage ? packages : undefined,
         progress: (stage, message) => postMessage({ type: "progress", stage, message }),
+        bytes: (n) => postMessage({ type: "bytes", n }),
         stdout: (text) => postMessage({ type: "stdout", id: current, text }),
         stderr: (text) => postMessage({ type: "stderr", id: current, text }),
       });

@@ -6,6 +6,9 @@
 //             this site); only when a page asks for it
 //   worker    true: run Python in a Web Worker, so the page never freezes while Python runs
 //   onProgress({stage, message, ms})   stages: runtime, packages, import, ready
+//   onBytes({loaded, total})   the boot files' bytes so far, and in all (null where not known)
+//   progressBar  true (default): while loading, a bar with those bytes right after the page's
+//             #status (API.md's page contract), removed once ready or failed
 //   onStdout(text), onStderr(text)     default sinks (runPython can pass its own per run)
 //
 // handle.runPython(code, {onStdout, onStderr, filename, fresh, namespace}) resolves to
@@ -13,12 +16,15 @@
 // it rejects only when the runtime itself failed. handle.interrupt() raises KeyboardInterrupt in
 // a running worker (needs cross-origin isolation: `ember demo` sends COOP/COEP).
 // handle.versions, handle.timings (ms since loadEmber), handle.worker, handle.close().
-import { boot, CDN_URL, fetchPackages, PYODIDE_VERSION, transferables } from "./boot.js";
+import { boot, byteMeter, CDN_URL, fetchPackages, PYODIDE_VERSION, transferables } from "./boot.js";
 import { registerOffline } from "./offline.js";
 
 export { CDN_URL, PYODIDE_VERSION };
 // `ember site` rewrites this URL to the build's pinned runtime, ../pyodide/<tag>/ (site.py)
 export const DEFAULT_INDEX_URL = new URL("../pyodide/", import.meta.url).href;
+// the bytes a boot loads from DEFAULT_INDEX_URL, as the site's server sends them (`ember site`
+// writes the figure in; null: not known)
+const BOOT_BYTES = null;
 
 async function emberWheelURL() {
   const info = await (await fetch(new URL("../build-info.json", import.meta.url))).json();
@@ -26,24 +32,77 @@ async function emberWheelURL() {
 }
 
 export async function loadEmber({ indexURL, cdn = false, worker = false, onProgress = () => {},
-                                  onStdout = () => {}, onStderr = () => {} } = {}) {
+                                  onBytes = () => {}, progressBar = true, onStdout = () => {},
+                                  onStderr = () => {} } = {}) {
   const t0 = performance.now();
+  const total = indexURL === undefined && !cdn ? BOOT_BYTES : null;
   indexURL = new URL(indexURL ?? (cdn ? CDN_URL : DEFAULT_INDEX_URL), location.href).href;
   if (!indexURL.endsWith("/")) indexURL += "/";
   const wheel = cdn ? await emberWheelURL() : undefined;
   const progress = (stage, message) => onProgress({ stage, message, ms: Math.round(performance.now() - t0) });
-  const handle = worker
-    ? await bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr })
-    : await bootHere({ indexURL, cdn, wheel, progress, onStdout, onStderr });
+  const bar = progressBar ? showBar() : null;
+  // bytes counted here (the wheels, for a worker) and in the worker (the runtime), summed
+  const counts = [0, 0];
+  const bytes = (which) => (n) => {
+    counts[which] = n;
+    const loaded = counts[0] + counts[1];
+    onBytes({ loaded, total });
+    bar?.show(loaded, total);
+  };
+  let handle;
+  try {
+    handle = worker
+      ? await bootWorker({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr })
+      : await bootHere({ indexURL, cdn, wheel, progress, bytes: bytes(0), onStdout, onStderr });
+  } finally {
+    bar?.remove();
+  }
   handle.timings.ready = Math.round(performance.now() - t0);
   if (!cdn) registerOffline(); // the site's offline copy (web/offline.js)
   progress("ready", "ready");
   return handle;
 }
 
-async function bootHere({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
+// A <progress> with "3.1 of 14.8 MB" after #status, redrawn at most once a frame.
+function showBar() {
+  const status = globalThis.document?.getElementById("status");
+  if (!status) return null;
+  const bar = document.createElement("span");
+  bar.className = "ember-progress";
+  // small and wrapping: it must fit beside #status in a 390 px wide header
+  bar.style.cssText = "display:inline-flex;flex-wrap:wrap;align-items:center;gap:.4em;" +
+    "max-width:100%;margin:0 .5em;font-size:.85em";
+  const meter = document.createElement("progress"), label = document.createElement("span");
+  meter.style.width = "6em";
+  meter.setAttribute("aria-label", "loading Python");
+  bar.append(meter, label);
+  status.after(bar);
+  let frame = 0, latest = [0, null];
+  const mb = (n) => (n / 1e6).toFixed(1);
+  const draw = () => {
+    frame = 0;
+    const [loaded, total] = latest;
+    if (total) { // (more than the total: a server that sends the files uncompressed)
+      meter.max = Math.max(total, loaded);
+      meter.value = loaded;
+      label.textContent = `${mb(loaded)} of ${mb(Math.max(total, loaded))} MB`;
+    } else {
+      label.textContent = `${mb(loaded)} MB`;
+    }
+  };
+  draw();
+  return {
+    show(loaded, total) {
+      latest = [loaded, total];
+      frame ||= requestAnimationFrame(draw);
+    },
+    remove() { cancelAnimationFrame(frame); bar.remove(); },
+  };
+}
+
+async function bootHere({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr }) {
   let sinks = { out: onStdout, err: onStderr };
-  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, progress,
+  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, progress, bytes,
                           stdout: (t) => sinks.out(t), stderr: (t) => sinks.err(t) });
   let queue = Promise.resolve();
   return {
@@ -62,7 +121,8 @@ async function bootHere({ indexURL, cdn, wheel, progress, onStdout, onStderr }) 
   };
 }
 
-function bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
+function bootWorker({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr }) {
+  const workerBytes = bytes(1);
   const w = new Worker(new URL("./ember-worker.js", import.meta.url), { type: "module" });
   const runs = new Map();
   let nextId = 1;
@@ -88,6 +148,7 @@ function bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
     w.onmessage = ({ data: m }) => {
       const run = runs.get(m.id);
       if (m.type === "progress") progress(m.stage, m.message);
+      else if (m.type === "bytes") workerBytes(m.n);
       else if (m.type === "ready") {
         resolve({
           worker: true, versions: m.versions, timings: m.timings,
@@ -113,9 +174,11 @@ function bootWorker({ indexURL, cdn, wheel, progress, onStdout, onStderr }) {
     w.postMessage({ type: "boot", indexURL, cdn, wheel, interrupt, packagesFromPage: !cdn });
     if (!cdn) {
       // fetched and unzipped here while the worker boots the runtime: this thread is idle then
-      fetchPackages(indexURL).then(
+      const meter = byteMeter(indexURL, bytes(0));
+      fetchPackages(indexURL, ["ember"], meter).then(
         (packages) => w.postMessage({ type: "packages", packages }, transferables(packages)),
-        (e) => w.postMessage({ type: "packages", error: String(e?.message ?? e) }));
+        (e) => w.postMessage({ type: "packages", error: String(e?.message ?? e) }))
+        .finally(() => meter.stop());
     }
   });
 }

@@ -222,11 +222,34 @@ def build_ember_wheel(root, dest, log=print):
     return target
 
 
-def write_gzip(path):
-    """`path`.gz beside `path`: deterministic (no name, no time), compressed in full."""
+def write_gzip(path, at_most=None):
+    """`path`.gz beside `path`: deterministic (no name, no time), compressed in full; not
+    written where it would be larger than `at_most` times the file. Returns whether written."""
     import gzip
-    data = gzip.compress(Path(path).read_bytes(), compresslevel=9, mtime=0)
+    raw = Path(path).read_bytes()
+    data = gzip.compress(raw, compresslevel=9, mtime=0)
+    if at_most is not None and len(data) > at_most * len(raw):
+        return False
     Path(f"{path}.gz").write_bytes(data)
+    return True
+
+
+# What the server sends compressed (Content-Encoding: gzip): `ember site` writes <file>.gz
+# beside every file of these kinds that gzip shrinks by a tenth or more (the Pyodide wasm:
+# 10.1 -> 3.2 MB), once, at build time; the server sends it to a browser that accepts gzip (all
+# do) and the browser unpacks it as it arrives. The boot wheels' <wheel>.gz is that very file.
+COMPRESSIBLE = (".wasm", ".js", ".mjs", ".json", ".html", ".css", ".py", ".txt", ".svg",
+                ".map", ".whl", ".xml", ".zip")
+
+
+def precompress(folder, skip=()):
+    """<file>.gz beside each COMPRESSIBLE file of `folder` (recursively, but not in the top
+    folders named in `skip`) of 1 KiB or more, where that saves a tenth."""
+    for path in sorted(Path(folder).rglob("*")):
+        if (path.suffix in COMPRESSIBLE and path.relative_to(folder).parts[0] not in skip
+                and path.is_file() and path.stat().st_size >= 1024
+                and not Path(f"{path}.gz").exists()):
+            write_gzip(path, at_most=0.9)
 
 
 def lock_entry(wheel, name, version, imports, depends):
@@ -320,11 +343,24 @@ def pin_runtime(site_pyodide):
     return tag
 
 
-def point_at_pinned(ember_js, tag):
+BYTES_MARK = "const BOOT_BYTES = null;"
+
+
+def point_at_pinned(ember_js, tag, boot_bytes=None):
+    """ember.js's default indexURL made the pinned runtime's; `boot_bytes` (what a boot loads
+    from there, as sent) written in for its progress bar."""
     text = ember_js.read_text()
-    if text.count(PIN_MARK) != 1:
-        raise SiteError(f"{ember_js}: expected one `{PIN_MARK}` (the default indexURL) to pin")
+    if text.count(PIN_MARK) != 1 or text.count(BYTES_MARK) != 1:
+        raise SiteError(f"{ember_js}: expected one `{PIN_MARK}` (the default indexURL) to pin "
+                        f"and one `{BYTES_MARK}`")
+    text = text.replace(BYTES_MARK, f"const BOOT_BYTES = {json.dumps(boot_bytes)};")
     ember_js.write_text(text.replace(PIN_MARK, f'new URL("../pyodide/{tag}/", import.meta.url)'))
+
+
+def sent_size(path):
+    """The bytes the server sends for `path`: its precompressed .gz where there is one."""
+    gz = Path(f"{path}.gz")
+    return (gz if path.suffix in COMPRESSIBLE and gz.is_file() else path).stat().st_size
 
 
 def is_pinned(url_path):
@@ -462,7 +498,7 @@ def write_service_worker(out, root, tag, boot_files):
         if rel == "sw.js" or rel.startswith("pyodide/"):  # (the runtime: `tag` hashes it)
             continue
         h.update(f"{rel}\0{sha256(path)}\n".encode())
-        if not rel.startswith(("pyscript/", "book/")):
+        if not rel.startswith(("pyscript/", "book/")) and not rel.endswith(".gz"):
             keep.append(rel[:-len("index.html")] or "./" if rel.endswith("index.html") else rel)
     text = (Path(root) / "web" / "service-worker.js").read_text()
     if any(text.count(m) != 1 for m in SW_MARKS):
@@ -671,10 +707,15 @@ def _build(out, root, fast_start, log):
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(tar.extractfile(m).read())
 
+    precompress(site_pyodide)  # before pinning: the pinned folder links the .gz files too
     tag = pin_runtime(site_pyodide)
     techniques += ["the runtime pinned under a content-addressed folder, cached for good"]
     _copytree(root / "web", out / "web", ignore=("tools", "README.md", "service-worker.js"))
-    point_at_pinned(out / "web" / "ember.js", tag)
+    boot_wheels = [packages[n]["file_name"] + ".gz" for n in with_dependencies(site_lock,
+                                                                              BOOT_PACKAGES)]
+    point_at_pinned(out / "web" / "ember.js", tag, sum(sent_size(site_pyodide / f) for f in (
+        "pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip",
+        "pyodide-lock.json", *boot_wheels)))
     book = build_book(root, out / "book", log)
     # the examples that have a page (docs/examples/*/index.html), e.g. training in the browser
     for page in sorted((root / "docs" / "examples").glob("*/index.html")):
@@ -701,8 +742,8 @@ def _build(out, root, fast_start, log):
     info["book"] = "book/" if book else None
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
-    boot = [f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + [
-        packages[n]["file_name"] + ".gz" for n in with_dependencies(site_lock, BOOT_PACKAGES)]
+    precompress(out, skip=("pyodide",))
+    boot = [f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + boot_wheels
     write_service_worker(out, root, tag, boot)
     return info
 
@@ -725,8 +766,9 @@ class Handler(SimpleHTTPRequestHandler):
     """Static files with the MIME types Pyodide needs, COOP/COEP (cross-origin isolation, for
     workers and SharedArrayBuffer), kept-alive connections (HTTP/1.1: a boot's ~25 requests
     would otherwise open as many connections), cheap revalidation (ETag + no-cache: a rebuilt
-    wheel is never served stale, an unchanged one costs a 304) and no revalidation at all for
-    the pinned runtime (pin_runtime: its content never changes under a URL)."""
+    wheel is never served stale, an unchanged one costs a 304), no revalidation at all for
+    the pinned runtime (pin_runtime: its content never changes under a URL) and a file's
+    precompressed `.gz` (precompress) with Content-Encoding: gzip where the browser takes it."""
 
     protocol_version = "HTTP/1.1"
     timeout = 30  # seconds a kept-alive connection may idle (or a request dawdle) before it closes
@@ -738,24 +780,45 @@ class Handler(SimpleHTTPRequestHandler):
                       ".gz": "application/gzip",
                       ".py": "text/plain; charset=utf-8", ".map": "application/json",
                       ".css": "text/css", ".html": "text/html; charset=utf-8"}
-    _etag = None
+    _etag = _vary = None
 
     def send_head(self):
         path = self.translate_path(self.path)
-        self._etag = None
+        self._etag = self._vary = None
         if "\0" in path:  # os.stat would raise and drop the connection: answer instead
             self.send_error(400, "NUL byte in the path")
             return None
         if os.path.isdir(path) and self.path.split("?")[0].endswith("/"):
             path = os.path.join(path, "index.html")
-        if os.path.isfile(path):
-            st = os.stat(path)
-            self._etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
-            if self._etag in (self.headers.get("If-None-Match") or ""):
-                self.send_response(304)
-                self.end_headers()
-                return None
-        return super().send_head()
+        if not os.path.isfile(path):
+            return super().send_head()  # a folder's redirect to its slash, or a 404
+        ctype, encoding = self.guess_type(path), None
+        if path.endswith(COMPRESSIBLE) and os.path.isfile(f"{path}.gz"):  # precompress()
+            self._vary = True
+            if self.accepts("gzip"):
+                path, encoding = f"{path}.gz", "gzip"
+        st = os.stat(path)
+        self._etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'  # (the two encodings' differ)
+        if self._etag in (self.headers.get("If-None-Match") or ""):
+            self.send_response(304)
+            self.end_headers()
+            return None
+        f = open(path, "rb")
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(st.st_size))
+        if encoding:
+            self.send_header("Content-Encoding", encoding)
+        self.end_headers()
+        return f
+
+    def accepts(self, encoding):
+        """Whether the request's Accept-Encoding lists `encoding` (and not with q=0)."""
+        for item in (self.headers.get("Accept-Encoding") or "").split(","):
+            name, _, params = item.partition(";")
+            if name.strip().lower() == encoding:
+                return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+        return False
 
     def end_headers(self):
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
@@ -767,6 +830,8 @@ class Handler(SimpleHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache")
         if self._etag:
             self.send_header("ETag", self._etag)
+        if self._vary:
+            self.send_header("Vary", "Accept-Encoding")
         super().end_headers()
 
     def list_directory(self, path):  # no listings: a folder without index.html is no page
