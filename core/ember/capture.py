@@ -72,20 +72,20 @@ class Jit:
     def __call__(self, *args, **kwargs):
         if _tensor.capturing.tracer is not None:  # inside another capture: be part of it
             return self.fn(*args, **kwargs)
-        key = _signature(args, kwargs)
+        key, tensors, entries = _signature(args, kwargs)
         if self._guards is not None and not _holds(self._guards):
             self._plans.clear()  # the module changed under the captures: start over
             self._calls.clear()
             self._guards = None
         plan = self._plans.get(key)
         if plan is not None:
-            return plan.replay(args, kwargs)
+            return plan.replay(args, kwargs, tensors, entries)
         seen = self._calls.get(key, 0)
         self._calls[key] = seen + 1
         if seen == 0:  # the first call fills lazy caches (BatchNorm's folded scale and shift)
             return self.fn(*args, **kwargs)
         guards = _module_guards(self.fn)
-        out, plan = _capture(self.fn, args, kwargs)
+        out, plan = _capture(self.fn, args, kwargs, tensors, entries)
         if guards is not None and not _holds(guards):
             raise JitError(f"ember.jit: {_name(self.fn)} rebinds its own parameters when it runs "
                            "(e.g. BatchNorm's running statistics in training mode), which a "
@@ -140,11 +140,12 @@ def _arguments(args, kwargs):
     return [*((None, a) for a in args), *sorted(kwargs.items())]
 
 
-def _entries(module):
-    """(container, key, Param) for every place a Param sits under a Module argument."""
+def _entries(module, modules=None):
+    """(container, key, Param) for every place a Param sits under a Module argument (modules:
+    its named_modules() already listed)."""
     from .nn.module import Param, _walk
     return [(vars(m) if container is m else container, key, value)
-            for _, m in module.named_modules()
+            for m in modules or [m for _, m in module.named_modules()]
             for _, container, key, value in _walk(m, "") if isinstance(value, Param)]
 
 
@@ -154,20 +155,24 @@ def _is_module(value):
 
 
 def _signature(args, kwargs):
-    parts, prims = [is_grad_enabled()], []
+    """(the call's key, its tensor arguments in order (a Module's Params in its place), the
+    _entries of each Module argument): each Module is walked once a call."""
+    parts, tensors, entries = [is_grad_enabled()], [], []
 
     def tensor(t):
         # which earlier tensor holds the same data, if any: f(x, x) captures one slot
-        same = next((i for i, p in enumerate(prims) if p is t._prim), None)
-        prims.append(t._prim)
+        same = next((i for i, u in enumerate(tensors) if u._prim is t._prim), None)
+        tensors.append(t)
         return (t.shape, t.dtype, t.backend.key(), same)
 
     for name, value in _arguments(args, kwargs):
         if isinstance(value, Tensor):
             parts.append((name, *tensor(value)))
         elif _is_module(value):  # its parameters are arguments; its structure is the key
-            parts.append((name, type(value), tuple(m.training for _, m in value.named_modules()),
-                          tuple((key, p.trainable, *tensor(p)) for _, key, p in _entries(value))))
+            modules = [m for _, m in value.named_modules()]
+            entries.append(_entries(value, modules))
+            parts.append((name, type(value), tuple(m.training for m in modules),
+                          tuple((key, p.trainable, *tensor(p)) for _, key, p in entries[-1])))
         else:
             try:
                 hash(value)
@@ -176,18 +181,7 @@ def _signature(args, kwargs):
                                "hashable; captures are kept per value of the other arguments"
                                ) from None
             parts.append((name, type(value), value))
-    return tuple(parts)
-
-
-def _tensors(args, kwargs):
-    """The tensor arguments in order, a Module's Params in the place of the Module."""
-    out = []
-    for _, v in _arguments(args, kwargs):
-        if isinstance(v, Tensor):
-            out.append(v)
-        elif _is_module(v):
-            out.extend(p for _, _, p in _entries(v))
-    return out
+    return tuple(parts), tensors, entries
 
 
 def _modules(args, kwargs):
@@ -255,11 +249,12 @@ class _Recorder:
             self.refused = what
 
 
-def _capture(fn, args, kwargs):
-    """Run fn once while recording; (its result, the plan that replays it)."""
-    inputs = [t._prim for t in _tensors(args, kwargs)]
+def _capture(fn, args, kwargs, tensors, entries):
+    """Run fn once while recording; (its result, the plan that replays it). tensors, entries:
+    _signature's."""
+    inputs = [t._prim for t in tensors]
     modules = _modules(args, kwargs)
-    before = [[p for _, _, p in _entries(m)] for m in modules]
+    before = [[p for _, _, p in found] for found in entries]
     recorder = _Recorder(inputs)
     _tensor.capturing.tracer = recorder
     try:
@@ -538,8 +533,7 @@ class _Plan:
             value = value._prim
         return value.prim if self.lowered and type(value) is ADPrim else value
 
-    def replay(self, args, kwargs):
-        tensors = _tensors(args, kwargs)
+    def replay(self, args, kwargs, tensors, entries):
         originals = [t._prim for t in tensors]
         inputs = [p.prim if self.lowered and type(p) is ADPrim else p for p in originals]
         lives = []
@@ -568,7 +562,7 @@ class _Plan:
         modules = _modules(args, kwargs)
         if self.rebinds:
             from .nn.module import Param
-            entries, made = [_entries(m) for m in modules], {}
+            made = {}  # (entries: _signature's, made before this replay changed anything)
             for k, j, lay, trainable, pid in self.rebinds:
                 container, key, _ = entries[k][j]
                 slot = lay[1][0]  # (a tied weight: one Param in each of its places)
