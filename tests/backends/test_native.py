@@ -355,7 +355,7 @@ def test_other_vector_widths_agree(monkeypatch, tmp_path, target):
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
 
 
-# ---- GEMMs over the pool, OpenBLAS single-threaded ------------------------------------------
+# ---- GEMMs: OpenBLAS's own threads; over the pool, single-threaded, on a capped instance -----
 def _gemm_close(got, a, b):
     """A split or a wrong part is off by whole products; rounding, by a few ulps of the sum of
     |products| (a fixed atol of 1e-5 failed where 300 products cancelled to -0.125)."""
@@ -381,20 +381,23 @@ def test_matmul_parts_match_numpy(lib, monkeypatch, a_shape, b_shape, dtype):
     rng = np.random.default_rng(4)
     a = rng.standard_normal(a_shape).astype(dtype)
     b = rng.standard_normal(b_shape).astype(dtype)
-    _gemm_close(native.matmul(a, b), a, b)
-    bt, at = b.swapaxes(-1, -2), a.swapaxes(-1, -2)
-    _gemm_close(native.matmul(bt, at), bt, at)  # transposed (F-order) views
-    ints = native.matmul(a.astype(np.int32), b.astype(np.int32))  # not BLAS: NumPy whole
-    np.testing.assert_array_equal(ints, np.matmul(a.astype(np.int32), b.astype(np.int32)))
-    with pytest.raises(ValueError):
-        native.matmul(a, b[..., :-1, :])  # NumPy's own error for a mismatch
+    with kernels.using(native.Native(threads=3)):  # a capped instance splits over the pool
+        _gemm_close(native.matmul(a, b), a, b)
+        bt, at = b.swapaxes(-1, -2), a.swapaxes(-1, -2)
+        _gemm_close(native.matmul(bt, at), bt, at)  # transposed (F-order) views
+        ints = native.matmul(a.astype(np.int32), b.astype(np.int32))  # not BLAS: NumPy whole
+        np.testing.assert_array_equal(ints, np.matmul(a.astype(np.int32), b.astype(np.int32)))
+        with pytest.raises(ValueError):
+            native.matmul(a, b[..., :-1, :])  # NumPy's own error for a mismatch
 
 
 @needs_cc
 @pytest.mark.skipif(sys.platform != "linux", reason="finds OpenBLAS through /proc")
 def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
-    """ember's GEMMs run with OpenBLAS single-threaded (its spinning workers would take the
-    pool's cores); NumPy code outside them keeps OpenBLAS's own thread count."""
+    """An instance with no thread cap leaves a GEMM to OpenBLAS's own threads; one capped
+    (a data-parallel replica: NdArray(threads=...)) splits it over the pool with OpenBLAS
+    single-threaded (its spinning workers would take the other replicas' cores); NumPy code
+    outside them keeps OpenBLAS's own thread count."""
     blas = native._openblas()
     if blas is None:
         assert os.environ.get("CI") != "true", "NumPy's OpenBLAS not found"
@@ -412,16 +415,18 @@ def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
         monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
         a = np.ones((64, 64), np.float32)
         native.matmul(a[:8, :8], a[:8, :8])  # small: OpenBLAS's calling thread anyway
-        assert seen == [2]
+        native.matmul(a, a)  # no cap: OpenBLAS's threads
+        assert seen == [2, 2]
         seen.clear()
-        native.matmul(a, a)  # split over the pool
-        monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 1 << 40)
-        native.matmul(a, a)  # whole
-        assert seen and set(seen) == {1}
-        assert get_threads() == 2  # given back
-        with pytest.raises(ValueError):
-            native.matmul(a, a[:3])
-        assert get_threads() == 2  # given back after an error too
+        with kernels.using(native.Native(threads=2)):
+            native.matmul(a, a)  # split over the pool
+            monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 1 << 40)
+            native.matmul(a, a)  # whole
+            assert seen and set(seen) == {1}
+            assert get_threads() == 2  # given back
+            with pytest.raises(ValueError):
+                native.matmul(a, a[:3])
+            assert get_threads() == 2  # given back after an error too
         assert get_threads() == 2
     finally:
         set_threads(before)
@@ -436,12 +441,17 @@ def test_a_forked_child_gets_a_pool_of_its_own(lib, monkeypatch):
     monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
     monkeypatch.setattr(native, "THREADS", 2)
     a = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
-    native.matmul(a, a)  # the pool's threads start here
+    capped = native.Native(threads=2)  # (which splits GEMMs over the pool)
+    with kernels.using(capped):
+        native.matmul(a, a)  # the pool's threads start here
+    assert native._pool is not None
     pid = os.fork()
     if pid == 0:  # the child: killed by the alarm if the work never runs
         signal.alarm(20)
         try:
-            os._exit(0 if np.allclose(native.matmul(a, a), a @ a, atol=1e-4) else 1)
+            with kernels.using(capped):
+                done = np.allclose(native.matmul(a, a), a @ a, atol=1e-4)
+            os._exit(0 if done else 1)
         except BaseException:
             os._exit(2)
     _, code = os.waitpid(pid, 0)

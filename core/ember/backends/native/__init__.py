@@ -383,6 +383,11 @@ def matmul(a, b):
     if a.dtype not in _BLAS_DTYPES or b.dtype not in _BLAS_DTYPES or a.ndim < 2 or (
             b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] < _BLAS_THREADS_FROM):
         return np.matmul(a, b)  # (no BLAS, or one that runs on the calling thread anyway)
+    if getattr(kernels.active(), "threads", None) is None:
+        # no cap on this instance's threads: the BLAS's own threads beat splitting the product
+        # over the pool (H200 host, 1024^3: the split was 1.41x NumPy's time on 2 cores, 5.4x
+        # on 16, where the pool stops at 8 threads of a single-threaded BLAS)
+        return np.matmul(a, b)
     _blas_single(True)
     try:
         return _matmul(a, b)
