@@ -50,7 +50,7 @@ def playground(site_dir, server, browser):
         wheels.append(wheel.name)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for rel in ("pyproject.toml", "tests/conftest.py", "tests/ops"):
+        for rel in ("pyproject.toml", "tests/conftest.py", "tests/ops", "tests/test_capture.py"):
             tar.add(ROOT / rel, arcname=rel,
                     filter=lambda t: None if "__pycache__" in t.name else t)
     (extra / "tests.tar").write_bytes(buf.getvalue())
@@ -86,6 +86,18 @@ def test_op_suite_passes_on_wgpu_in_the_browser(playground):
     assert "PYTEST_EXIT 0" in output, output[-6000:]
     assert " passed" in output, output[-3000:]
     print(output[output.rfind("\n", 0, output.rfind(" passed")):].strip())
+
+
+def test_a_recorded_training_step_in_the_browser(playground):
+    # ember.jit of a whole training step (forward, backward, Adam) on the page's WebGPU:
+    # losses, parameters and optimizer state bit for bit those of eager training, each replay
+    # one submission with no read (on Autodiff(Wgpu()) and Autodiff(Fusion(Wgpu())))
+    args = ["tests/test_capture.py", "-k", "replays_on_wgpu or replays_on_fused_wgpu or "
+            "wgpu_replays", "-p", "no:cacheprovider", "-p", "no:faulthandler", "--capture=sys",
+            "-W", "ignore", "--tb=short", "-rs"]
+    output = playground(PYTEST.format(args=args))
+    assert "PYTEST_EXIT 0" in output, output[-6000:]
+    assert "3 passed" in output and "skipped" not in output, output[-3000:]
 
 
 def test_str_and_async_reads_in_the_browser(playground):

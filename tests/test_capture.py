@@ -310,14 +310,18 @@ def test_two_threads_capture_at_once_each_its_own_ops():
     assert plans == {"exp": ["exp", "mul"], "neg": ["neg", "abs"]}
 
 
-def test_wgpu_replays_too():
-    pytest.importorskip("wgpu")
+def _wgpu():
+    """Wgpu(): wgpu-py's natively, the page's WebGPU inside Pyodide (e2e/test_wgpu_browser.py
+    runs these tests there); a skip where there is none."""
     from ember.backend import Wgpu
-
     try:
-        backend = Wgpu()
-    except Exception as e:  # noqa: BLE001  (no adapter on this machine)
+        return Wgpu()
+    except Exception as e:  # noqa: BLE001  (no adapter, or no wgpu-py, on this machine)
         pytest.skip(f"no WebGPU adapter: {e}")
+
+
+def test_wgpu_replays_too():
+    backend = _wgpu()
     model = ember.models.ConvNet(channels=(4, 8), hidden=16, backend=backend).eval()
     fast = ember.jit(model)
     for seed in range(4):
@@ -383,16 +387,8 @@ def test_a_training_step_replays_as_eager_training(optimizer):
     _same_training(Autodiff(NdArray()), 100, optimizer)
 
 
-def test_a_training_step_replays_on_wgpu_as_one_submission():
-    pytest.importorskip("wgpu")
-    from ember.backend import Wgpu
-
-    try:
-        inner = Wgpu()
-    except Exception as e:  # noqa: BLE001  (no adapter on this machine)
-        pytest.skip(f"no WebGPU adapter: {e}")
-    backend = Autodiff(inner)
-    model = _same_training(backend, 20, lambda: ember.optim.Adam(1e-2))
+def _one_submission(inner, backend, model, warm):
+    """A replay of a training step on Autodiff(...inner) submits once and reads nothing."""
     opt = ember.optim.Adam(1e-2)
 
     def step(model, x, y):
@@ -402,13 +398,20 @@ def test_a_training_step_replays_on_wgpu_as_one_submission():
     fast = ember.jit(step)
     x = _x(0, (8, 1, 28, 28), backend)
     y = Tensor.from_data(np.arange(8, dtype=np.int32), backend=backend)
-    for _ in range(2):
+    for _ in range(warm):
         model, loss = fast(model, x, y)
     before = inner.stats()
     model, loss = fast(model, x, y)
     after = inner.stats()
     assert after["submits"] - before["submits"] == 1 and after["reads"] == before["reads"]
     assert np.isfinite(loss.item())
+
+
+def test_a_training_step_replays_on_wgpu_as_one_submission():
+    inner = _wgpu()
+    backend = Autodiff(inner)
+    model = _same_training(backend, 20, lambda: ember.optim.Adam(1e-2))
+    _one_submission(inner, backend, model, warm=2)
 
 
 def test_dropout_draws_new_bits_per_replay():
@@ -446,31 +449,13 @@ def test_what_a_training_replay_could_not_repeat_is_refused():
 
 def test_a_training_step_replays_on_fused_wgpu_as_one_submission():
     # Fusion.compile: Wgpu records the fused kernels of one run of the lowered step
-    pytest.importorskip("wgpu")
-    from ember.backend import Fusion, Wgpu
+    from ember.backend import Fusion
 
-    try:
-        inner = Wgpu()
-    except Exception as e:  # noqa: BLE001  (no adapter on this machine)
-        pytest.skip(f"no WebGPU adapter: {e}")
+    inner = _wgpu()
     backend = Autodiff(Fusion(inner))
     want, _, _, _ = _train(backend, False, 6, lambda: ember.optim.Adam(1e-2))
     got, model, _, calls = _train(backend, True, 6, lambda: ember.optim.Adam(1e-2))
     np.testing.assert_allclose(got, want, rtol=1e-4)  # (fused blocks may round differently)
     assert calls == 2
-    opt = ember.optim.Adam(1e-2)
-
-    def step(model, x, y):
-        loss = nn.loss.cross_entropy(model(x), y)
-        return opt.step(model, loss.backward()), loss
-
-    fast = ember.jit(step)
-    x = _x(0, (8, 1, 28, 28), backend)
-    y = Tensor.from_data(np.arange(8, dtype=np.int32), backend=backend)
-    for _ in range(3):  # (the first replay also runs what the capture's own run left queued)
-        model, loss = fast(model, x, y)
-    before = inner.stats()
-    model, loss = fast(model, x, y)
-    after = inner.stats()
-    assert after["submits"] - before["submits"] == 1 and after["reads"] == before["reads"]
-    assert np.isfinite(loss.item())
+    # (the first replay also runs what the capture's own run left queued)
+    _one_submission(inner, backend, model, warm=3)
