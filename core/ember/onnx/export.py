@@ -154,13 +154,14 @@ def _convert(g, op, ins, attrs, dtype, out):
 def save(model, path, *example):
     """Write `model` (a Module in eval mode, or a function of Tensors) as ONNX to `path`,
     capturing the primitives it runs on `example` (its input Tensors). Returns the path."""
-    from ..capture import _capture, _slots
+    from ..capture import _capture, _signature, _slots
     if not example or not all(isinstance(t, Tensor) for t in example):
         raise OnnxError("onnx.save: give the example inputs (Tensors) the model takes")
     if getattr(model, "training", False):
         raise OnnxError("onnx.save: the model is in training mode (dropout, batch statistics);"
                         " call .eval() first")
-    out, plan = _capture(model, example, {})
+    _, tensors, entries = _signature(example, {})
+    out, plan = _capture(model, example, {}, tensors, entries)
     outputs = list(_slots(plan.layout))
     g, names, dtypes, missing = _Graph(), {}, {}, []
     for i, t in enumerate(example):

@@ -13,6 +13,7 @@ reduction of the last layers overlaps the backward of the first. Two groups redu
   torch is imported only here, only then.
 """
 
+import atexit
 import os
 import threading
 from math import prod
@@ -133,6 +134,11 @@ def environment():
     return (rank, world) if world > 1 else None
 
 
+def _close_group(dist):
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 class TorchGroup:
     """All-reduce across the processes of a torchrun job (torch.distributed)."""
 
@@ -154,6 +160,9 @@ class TorchGroup:
             if cuda:
                 torch.cuda.set_device(self.device)
             dist.init_process_group("nccl" if cuda else "gloo")
+            # the group this made is closed before the interpreter tears down: left open, a
+            # rank was seen to abort at exit ("terminate called without an active exception")
+            atexit.register(_close_group, dist)
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
 
     def _torch(self, flat):
