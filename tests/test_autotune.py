@@ -197,9 +197,17 @@ def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
     for name, (wx, wy, ra, tn, bk) in runners.MATMUL_TILES.items():
         sets = 2 if name[0] == "d" else 1  # double-buffered
         assert wx * wy <= 256 and sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 16384
-    gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(is_cpu=False)))
+    gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(
+        is_cpu=False, limits={"workgroup_storage": 32768})))
     long = runners._matmul_kernels(gpu, True, 64, 4096, 4096, 1, None)
     assert long[0] == "tiled" and any("/s" in c for c in long)
+    # a device at WebGPU's default 16 KiB: no kernel that needs 32 KiB, a tile of 16 KiB first
+    for is_cpu in (False, True):
+        small = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(
+            is_cpu=is_cpu, limits={"workgroup_storage": 16384})))
+        kernels = runners._matmul_kernels(small, True, 256, 256, 256, 1, None)
+        assert "tiled" not in kernels and "t128x128k16" in kernels[:2]
+        assert len(kernels) == len(set(kernels))
     assert not any("/s" in c for c in runners._matmul_kernels(gpu, True, 64, 4096, 4096, 1,
                                                               "a block"))
     assert not any("/s" in c for c in runners._matmul_kernels(gpu, True, 4096, 4096, 4096, 1,
@@ -253,3 +261,19 @@ def test_matmul_candidates_multiply_int32(wgpu_backend, monkeypatch, cand):
     got = (Tensor.from_data(a, backend=wgpu_backend) @ Tensor.from_data(
         b, backend=wgpu_backend)).to_numpy()
     np.testing.assert_array_equal(got, a @ b)
+
+
+def test_a_device_of_16_kib_multiplies_with_its_default_tile(wgpu_backend, monkeypatch):
+    # (autotune off: the default kernel runs; on such a device it must be one that fits)
+    from ember import Tensor
+    from ember.backends.wgpu import runners
+    monkeypatch.setenv("EMBER_AUTOTUNE", "0")
+    bridge = wgpu_backend.device.bridge
+    monkeypatch.setattr(bridge, "limits", dict(bridge.limits, workgroup_storage=16384))
+    monkeypatch.setattr(bridge, "is_cpu", False)  # (the GPU's list, on any adapter)
+    assert runners._matmul_kernels(wgpu_backend, True, 200, 300, 100, 1, None)[0] == \
+        "t128x128k16"
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(s, dtype=np.float32) for s in ((200, 100), (100, 300)))
+    got = (Tensor.from_data(a, backend=wgpu_backend) @ Tensor.from_data(b, backend=wgpu_backend))
+    np.testing.assert_allclose(got.to_numpy(), a @ b, rtol=1e-4, atol=1e-4)

@@ -839,10 +839,14 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
         return [forced if vec4 or forced == "scalar" else "scalar"]
     if not vec4:
         return ["scalar"]
+    # matmul_tiled.wgsl stages 32 KiB of workgroup memory; a device at WebGPU's default limit
+    # (16 KiB: many browsers and phones) takes the tile of its shape that fits instead
+    tiled = "tiled" if be.device.bridge.limits.get("workgroup_storage", 1 << 15) >= 1 << 15 \
+        else "t128x128k16"
     if be.device.bridge.is_cpu:
-        return ["vec4", "tiled", "scalar"]
-    first = ["tiled", "vec4"] if M >= 64 and N >= 64 else ["vec4", "tiled"]
-    out = first + [*MATMUL_TILES, "scalar"]
+        return ["vec4", tiled, "scalar"]
+    first = [tiled, "vec4"] if M >= 64 and N >= 64 else ["vec4", tiled]
+    out = list(dict.fromkeys(first + [*MATMUL_TILES, "scalar"]))
     tiles = nb * -(-M // 64) * -(-N // 64)
     if epilogue is None and tiles < 512 and K >= 1024:
         out += [f"{t}/s{s}" for t in ("t64x64k32", "t128x128k16") for s in (2, 4, 8)
