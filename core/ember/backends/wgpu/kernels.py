@@ -456,6 +456,30 @@ _ROW_REDUCERS = {
 }
 
 
+def _row_pass(block, j, p, dtypes, leaf_dtypes, done, shared):
+    """Reduction pass p of a row kernel, for its reduction node j: (the nodes and leaves it
+    computes, the value it reduces, the reduction's identity); its workgroup array and combine
+    function go into `shared`."""
+    src = block.nodes[j].inputs[0]
+    t = STORAGE[dtypes[src[1]] if src[0] == "node" else leaf_dtypes[src[1]]]
+    init, combine = _ROW_REDUCERS[(block.nodes[j].op.name, t)]
+    nodes, leaves = _needs(block, [src[1]] if src[0] == "node" else [], stop=done)
+    if src[0] == "leaf":
+        leaves = sorted({*leaves, src[1]})
+    shared.append(f"var<workgroup> part{p}: array<{t}, 256>;")
+    shared.append(f"fn combine{p}(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}")
+    return nodes, leaves, f"r{src[1]}" if src[0] == "node" else f"v{src[1]}", init
+
+
+def _row_tree(p, start, me, first):
+    """The end of reduction pass p: each invocation's acc into part{p}, combined in a tree from
+    stride `start` by the invocations whose `me` is below it, red{p} read at `first`."""
+    return [f"    part{p}[lid] = acc;", "}", "workgroupBarrier();",
+            f"for (var s = {start}; s > 0u; s >>= 1u) {{", f"    if ({me} < s) {{",
+            f"        part{p}[lid] = combine{p}(part{p}[lid], part{p}[lid + s]);",
+            "    }", "    workgroupBarrier();", "}", f"let red{p} = part{p}[{first}];"]
+
+
 def fused_rows_source(block, leaf_dtypes, special, row_outputs, invariant):
     """WGSL for a fusion Block with reductions (fused_rows.wgsl): a workgroup per row of the
     reduced dims runs one pass over the row per reduction in `special` (its input computed
@@ -510,24 +534,12 @@ def fused_rows_source(block, leaf_dtypes, special, row_outputs, invariant):
 
     passes, shared, done = [], [], set()
     for p, j in enumerate(special):
-        n = block.nodes[j]
-        src = n.inputs[0]
-        t = STORAGE[dtypes[src[1]] if src[0] == "node" else leaf_dtypes[src[1]]]
-        init, combine = _ROW_REDUCERS[(n.op.name, t)]
-        nodes, leaves = _needs(block, [src[1]] if src[0] == "node" else [], stop=done)
-        if src[0] == "leaf":
-            leaves = sorted({*leaves, src[1]})
-        value = f"r{src[1]}" if src[0] == "node" else f"v{src[1]}"
-        shared.append(f"var<workgroup> part{p}: array<{t}, 256>;")
-        shared.append(f"fn combine{p}(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}")
+        nodes, leaves, value, init = _row_pass(block, j, p, dtypes, leaf_dtypes, done, shared)
         before, inner, walked = split(nodes, leaves)
         inner += [f"acc = combine{p}(acc, {value});"]
         passes += before + ["{", f"    var acc = {init};"]
         passes += ["    " + line for line in element(walked, inner)]
-        passes += [f"    part{p}[lid] = acc;", "}", "workgroupBarrier();",
-                   "for (var s = 128u; s > 0u; s >>= 1u) {", "    if (lid < s) {",
-                   f"        part{p}[lid] = combine{p}(part{p}[lid], part{p}[lid + s]);",
-                   "    }", "    workgroupBarrier();", "}", f"let red{p} = part{p}[0];"]
+        passes += _row_tree(p, "128u", "lid", "0")
         done.add(j)
     nodes, leaves = _needs(block, block.outputs, stop=done)
     before, inner, walked = split(nodes, leaves)
@@ -612,15 +624,7 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
 
     passes, shared, done = [], [], set()
     for p, j in enumerate(special):
-        src = block.nodes[j].inputs[0]
-        t = STORAGE[dtypes[src[1]] if src[0] == "node" else leaf_dtypes[src[1]]]
-        init, combine = _ROW_REDUCERS[(block.nodes[j].op.name, t)]
-        nodes, leaves = _needs(block, [src[1]] if src[0] == "node" else [], stop=done)
-        if src[0] == "leaf":
-            leaves = sorted({*leaves, src[1]})
-        value = f"r{src[1]}" if src[0] == "node" else f"v{src[1]}"
-        shared.append(f"var<workgroup> part{p}: array<{t}, 256>;")
-        shared.append(f"fn combine{p}(a: {t}, b: {t}) -> {t} {{\n    return {combine};\n}}")
+        nodes, leaves, value, init = _row_pass(block, j, p, dtypes, leaf_dtypes, done, shared)
         before, walked, inner, fresh = split(nodes, leaves)
         step = [f"acc = combine{p}(acc, {value});"]
 
@@ -628,10 +632,7 @@ def fused_rows4_source(block, leaf_dtypes, special, row_outputs, invariant, inv_
             return lanes(k, walked, inner, lambda lane: step)
         passes += before + ["{", f"    var acc = {init};"]
         passes += ["    " + line for line in each_chunk(fresh, reduced)]
-        passes += [f"    part{p}[lid] = acc;", "}", "workgroupBarrier();",
-                   "for (var s = tpr / 2u; s > 0u; s >>= 1u) {", "    if (loc < s) {",
-                   f"        part{p}[lid] = combine{p}(part{p}[lid], part{p}[lid + s]);",
-                   "    }", "    workgroupBarrier();", "}", f"let red{p} = part{p}[lid - loc];"]
+        passes += _row_tree(p, "tpr / 2u", "loc", "lid - loc")
         done.add(j)
     nodes, leaves = _needs(block, block.outputs, stop=done)
     before, walked, inner, fresh = split(nodes, leaves, last=True)
