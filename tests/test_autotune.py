@@ -161,7 +161,7 @@ AWKWARD = [((37, 132), (132, 20)), ((2, 3, 67, 40), (40, 68)), ((129, 1028), (10
 
 def _tile_candidates():
     from ember.backends.wgpu import runners
-    return [*runners.MATMUL_TILES, "t64x64k32/s3", "t128x128k16/s2", "tiled"]
+    return [*runners.MATMUL_TILES, "t64x64k32/s3", "t128x128k16/s2", "t32x128k16/s16"]
 
 
 @pytest.mark.parametrize("cand", _tile_candidates())
@@ -196,7 +196,8 @@ def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
     from ember.backends.wgpu import runners
     for name, (wx, wy, ra, tn, bk) in runners.MATMUL_TILES.items():
         sets = 2 if name[0] == "d" else 1  # double-buffered
-        assert wx * wy <= 256 and sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 16384
+        assert wx * wy <= 256
+        assert runners._tile_bytes(name) == sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 32768
     gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(
         is_cpu=False, limits={"workgroup_storage": 32768})))
     long = runners._matmul_kernels(gpu, True, 64, 4096, 4096, 1, None)
@@ -207,6 +208,7 @@ def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
             is_cpu=is_cpu, limits={"workgroup_storage": 16384})))
         kernels = runners._matmul_kernels(small, True, 256, 256, 256, 1, None)
         assert "tiled" not in kernels and "t128x128k16" in kernels[:2]
+        assert all(runners._tile_bytes(k) <= 16384 for k in kernels if k in runners.MATMUL_TILES)
         assert len(kernels) == len(set(kernels))
     assert not any("/s" in c for c in runners._matmul_kernels(gpu, True, 64, 4096, 4096, 1,
                                                               "a block"))
