@@ -108,13 +108,28 @@ def _with(env, fn):
                 os.environ[k] = v
 
 
-def _kernel_time(fn, sync, env, per=8):
-    """Seconds per call of fn's kernels alone: `per` calls in one ember.jit plan, replayed
-    (one submission a replay), so that Python's per-call cost stays off the GPU's path."""
-    import ember
-    plan = ember.jit(lambda: [fn() for _ in range(per)])
-    _with(env, plan)  # captured here, with the choices of `env`
-    return _with(env, lambda: _queued(plan, sync)) / per
+def _kernel_time(be, fn, env, target=0.1):
+    """Seconds per call of fn's kernels alone: one call's dispatches recorded (as ember.jit
+    records a plan), then dispatched again and again over the same buffers, queued with one
+    wait. Each repeat writes the buffers the last one wrote, so the GPU runs them one after
+    another, as CUDA runs torch's calls on one stream; the Python left is ~5 us a dispatch,
+    off the GPU's path (a jit replay of 8 independent products in one submission, this
+    column's earlier form, let the GPU overlap them and flattered short products)."""
+    from ember.backends.wgpu.plan import Recording
+    dev = be.device
+    be.sync()
+    dev.recording = rec = Recording()
+    try:
+        out = _with(env, fn)  # (the choice is already made: tuning would refuse to record)
+    finally:
+        dev.recording = None
+
+    def replay():
+        for command in rec.commands:
+            dev.dispatch(*command)
+    t = _queued(replay, be.sync, target=target)
+    del out
+    return t
 
 
 def _forget():
@@ -187,8 +202,8 @@ def gpu(each=False, epilogue=False):
             _forget()
             cached = _synced_once(fn, be.sync) - min(_synced_once(fn, be.sync)
                                                       for _ in range(3))
-            k_untuned = _kernel_time(fn, be.sync, {"EMBER_AUTOTUNE": "0"})
-            k_tuned = _kernel_time(fn, be.sync, {})
+            k_untuned = _kernel_time(be, fn, {"EMBER_AUTOTUNE": "0"})
+            k_tuned = _kernel_time(be, fn, {})
             theirs = _queued(tfn, cuda)
         except Exception as e:  # noqa: BLE001 (a row that fails is shown, the rest still runs)
             print(f"{name:34s} FAILED: {type(e).__name__}: {e}", flush=True)
@@ -217,7 +232,7 @@ def gpu(each=False, epilogue=False):
 def _each(be, torch):
     """Every matmul candidate forced, per shape: what the tuner chooses among."""
     from ember.backends.wgpu import runners
-    print("\nevery candidate, ms per call (queued), forced with EMBER_WGPU_MATMUL:")
+    print("\nevery candidate's kernels, ms per call, forced with EMBER_WGPU_MATMUL:")
     for name, fn, _, _, shape in _cases(be, None):
         if shape is None:
             continue
@@ -226,8 +241,8 @@ def _each(be, torch):
         row = []
         for c in cands:
             try:
-                t = _with({"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c},
-                          lambda fn=fn: _queued(fn, be.sync, target=0.05, repeat=2))
+                t = _kernel_time(be, fn, {"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c},
+                                 target=0.03)
                 row.append(f"{c} {t * 1e3:.3f}")
             except Exception as e:  # noqa: BLE001
                 row.append(f"{c} FAILED ({type(e).__name__})")

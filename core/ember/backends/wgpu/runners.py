@@ -884,11 +884,12 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
         return ["vec4", tiled, "scalar"]
     first = [tiled, "vec4"] if M >= 64 and N >= 64 else ["vec4", tiled]
     out = list(dict.fromkeys(first + [*fits, "scalar"]))
-    tiles = nb * -(-M // 64) * -(-N // 64)
-    if epilogue is None and tiles < 512 and K >= 1024:  # few tiles, long k: split it
+    tiles = nb * -(-M // 128) * -(-N // 128)
+    if epilogue is None and tiles <= 256 and K >= 1024:  # few tiles, long k: split it
         out += [f"{t}/s{s}" for t in ("t64x64k32", "t128x128k16", "t32x128k16")
                 for s in (2, 4, 8, 16) if K // s >= 256]
-    return out
+        out += [f"{tiled}/s{s}" for s in (2, 4)]
+    return list(dict.fromkeys(out))
 
 
 def _vec4_rows(x):
