@@ -52,7 +52,6 @@ t64x128k16 0.6%.
 import argparse
 import math
 import os
-import sys
 import tempfile
 import time
 
@@ -187,7 +186,7 @@ def gpu(each=False, epilogue=False):
           "ms per call; ratios: torch / ember (>1: ember faster), untuned / tuned", flush=True)
     head = (f"{'case':34s} {'tuned':>8s} {'untuned':>8s} {'torch':>8s} {'tuned/torch':>11s} "
             f"{'untuned/torch':>13s} {'gain':>6s} {'1st call':>9s} {'cached':>8s} | "
-            f"{'kernels: tuned':>8s} {'untuned':>8s} {'/torch':>9s} {'gain':>5s}")
+            f"{'kernels: tuned':>8s} {'untuned':>8s} {'/torch':>9s} {'gain':>5s} choice")
     print(head)
     gains = []
     for name, fn, tfn, check, shape in _cases(be, torch):
@@ -202,6 +201,7 @@ def gpu(each=False, epilogue=False):
             _forget()
             cached = _synced_once(fn, be.sync) - min(_synced_once(fn, be.sync)
                                                       for _ in range(3))
+            chosen = ",".join(autotune._memory.values())  # (_forget left only this row's)
             k_untuned = _kernel_time(be, fn, {"EMBER_AUTOTUNE": "0"})
             k_tuned = _kernel_time(be, fn, {})
             theirs = _queued(tfn, cuda)
@@ -213,16 +213,13 @@ def gpu(each=False, epilogue=False):
         print(f"{name:34s} {tuned * 1e3:8.3f} {untuned * 1e3:8.3f} {theirs * 1e3:8.3f} "
               f"{theirs / tuned:10.2f}x {theirs / untuned:12.2f}x {untuned / tuned:5.2f}x "
               f"{first * 1e3:7.0f}ms {cached * 1e3:6.2f}ms | {k_tuned * 1e3:8.3f} "
-              f"{k_untuned * 1e3:8.3f} {theirs / k_tuned:9.2f}x {k_untuned / k_tuned:5.2f}x",
-              flush=True)
+              f"{k_untuned * 1e3:8.3f} {theirs / k_tuned:9.2f}x {k_untuned / k_tuned:5.2f}x "
+              f"{chosen}", flush=True)
     for i, what in enumerate(("eager", "kernels")):
         if gains:
             geo = math.exp(sum(math.log(g[i]) for g in gains) / len(gains))
             print(f"geometric mean gain, tuned over untuned, {what}, {len(gains)} shapes: "
                   f"{geo:.2f}x")
-    print("choices:", file=sys.stderr)
-    for entry, winner in sorted(autotune._memory.items()):
-        print(f"  {entry.split('|', 1)[1][:60]:60s} -> {winner}", file=sys.stderr)
     if each:
         _each(be, torch)
     if epilogue:

@@ -109,6 +109,24 @@ def test_a_wrong_or_failing_candidate_never_wins():
         assert f.choose() == "right"
 
 
+def test_a_candidate_slower_than_a_sample_of_the_best_is_launched_once_more_only():
+    f = Family({"default": 0.001, "slow": 0.03})  # a sample: 4 launches of the default
+    assert f.choose() == "default"
+    assert f.runs.count("slow") == 2  # its check, then one launch
+
+
+def test_repeats_time_n_launches_in_one_call():
+    runs = []
+
+    def run(c, n=1):
+        runs.append((c, n))
+        time.sleep(n * {"default": 0.0004, "fast": 0.0001}[c])
+        return np.arange(4.0)
+    assert autotune.choose("test.repeats", ("dev",), ["default", "fast"], run, lambda x: x,
+                           lambda: None, repeats=True) == "fast"
+    assert max(n for _, n in runs) >= 8 and len(runs) < 20
+
+
 def test_one_candidate_is_not_tuned():
     f = Family({"only": 0.001})
     assert f.choose() == "only" and f.runs == []

@@ -530,8 +530,10 @@ def _reduce_candidates(be, by_value, n_out, n_red):
         return [forced if by_value or forced[1:] == "1" else out[0]]
     if n_out * n_red < 1 << 20:
         return out
-    for c in (1, 8, 32, 128, 512, 2048) if by_value else (1,):
-        if c == 1 or n_red // c >= 256:
+    # chunks of 64 and more: a column sum of 4096 x 4096 in chunks of 512 rows (32K
+    # invocations) ran at 0.21x torch's on the H200
+    for c in (1, 8, 32, 128, 512, 2048, 8192) if by_value else (1,):
+        if c == 1 or n_red // c >= 64:
             out += [f"{e}{c}" for e in "gtc"[:2 + (c > 1)] if f"{e}{c}" != out[0]]
     return out
 
@@ -886,9 +888,8 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
     out = list(dict.fromkeys(first + [*fits, "scalar"]))
     tiles = nb * -(-M // 128) * -(-N // 128)
     if epilogue is None and tiles <= 256 and K >= 1024:  # few tiles, long k: split it
-        out += [f"{t}/s{s}" for t in ("t64x64k32", "t128x128k16", "t32x128k16")
-                for s in (2, 4, 8, 16) if K // s >= 256]
-        out += [f"{tiled}/s{s}" for s in (2, 4)]
+        out += [f"{t}/s{s}" for t in ("t32x128k16", "t64x64k16", "t64x128k16", "t128x128k16",
+                                       tiled) for s in (2, 4, 8) if K // s >= 256]
     return list(dict.fromkeys(out))
 
 
