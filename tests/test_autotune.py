@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -115,16 +116,17 @@ def test_a_candidate_slower_than_a_sample_of_the_best_is_launched_once_more_only
     assert f.runs.count("slow") == 2  # its check, then one launch
 
 
-def test_repeats_time_n_launches_in_one_call():
-    runs = []
+def test_repeats_time_n_launches_in_one_call(monkeypatch):
+    runs, clock = [], [0.0]  # a clock that the launches advance: no sleeping, no load
 
     def run(c, n=1):
         runs.append((c, n))
-        time.sleep(n * {"default": 0.0004, "fast": 0.0001}[c])
+        clock[0] += n * {"default": 4e-4, "fast": 1e-4}[c]
         return np.arange(4.0)
+    monkeypatch.setattr(autotune, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     assert autotune.choose("test.repeats", ("dev",), ["default", "fast"], run, lambda x: x,
                            lambda: None, repeats=True) == "fast"
-    assert max(n for _, n in runs) >= 8 and len(runs) < 20
+    assert max(n for _, n in runs) == 8 and len(runs) < 20  # 8 launches: a 3 ms sample
 
 
 def test_one_candidate_is_not_tuned():
@@ -209,8 +211,6 @@ def test_matmul_candidates_run_a_fused_epilogue(wgpu_backend, monkeypatch, cand)
 
 
 def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
-    from types import SimpleNamespace
-
     from ember.backends.wgpu import runners
     for name, (wx, wy, ra, tn, bk) in runners.MATMUL_TILES.items():
         sets = 2 if name[0] == "d" else 1  # double-buffered
