@@ -76,9 +76,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let m0 = i32(wid.y) * ${BM};
     let n0 = i32(wid.x) * ${BN};
     // staged by this invocation: A rows lr + AS q (vec4 column lc of the k step), B rows
-    // brow + BS q (vec4 column bc)
-    let lr = t / (BK / 4);
-    let lc = t % (BK / 4);
+    // brow + BS q (vec4 column bc); "p" tiles: lanes in pairs along a row, 32 bytes each, so
+    // that a warp's transposing stores meet 2 to a bank, not BK / 4 (A rows of 128 floats)
+${STAGING}
     let brow = t / ${BN4};
     let bc = t % ${BN4};
     let b_col = b0 / 4 + min(n0 / 4 + bc, n4 - 1);

@@ -167,13 +167,13 @@ def _tune(candidates, run, read, sync, samples, repeats):
             notes.append(f"{c} disagrees with {candidates[0]}")
             continue
         best = min(times.values(), default=math.inf)
-        # one launch first: one slower than a whole sample of the best is not sampled (a
-        # full sum in one invocation took seconds a sample on the H200)
+        # one launch first: one of over 50 ms that outlasts two samples of the best is not
+        # sampled (a full sum in one invocation took seconds a sample on the H200)
         t0 = time.perf_counter()
         launch(c, 1)
         sync()
         one = time.perf_counter() - t0
-        if one > 2 * best * reps:
+        if one > max(2 * best * reps, 0.05):
             times[c] = one
             continue
         elapsed = []

@@ -779,7 +779,7 @@ MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64
 # matmul_tile.wgsl's shapes: name -> (WX, WY, RA, TN, BK): WX x WY invocations, each 4 RA rows
 # by 4 TN columns of a (4 RA WY) x (4 TN WX) tile, BK steps of k; "d": double-buffered. The
 # workgroup memory each needs (_tile_bytes) is checked against the device's: 16 KiB is what
-# browsers guarantee, "tiled" (the default where it fits) and the last four take 24-32 KiB
+# browsers guarantee, "tiled" (the default where it fits) and others take 24-32 KiB
 MATMUL_TILES = {"tiled": (16, 16, 2, 2, 32),
                 "t128x128k16": (16, 16, 2, 2, 16), "t128x64k16": (8, 16, 2, 2, 16),
                 "t64x128k16": (16, 8, 2, 2, 16), "t64x64k32": (8, 8, 2, 2, 32),
@@ -789,7 +789,10 @@ MATMUL_TILES = {"tiled": (16, 16, 2, 2, 32),
                 "d128x128k8": (16, 16, 2, 2, 8), "d64x128k8": (16, 8, 2, 2, 8),
                 "d128x64k8": (8, 16, 2, 2, 8), "d64x64k16": (8, 8, 2, 2, 16),
                 "d128x128k16": (16, 16, 2, 2, 16), "d64x128k16": (16, 8, 2, 2, 16),
-                "t64x128k32": (16, 8, 2, 2, 32), "t128x256k16": (16, 16, 2, 4, 16)}
+                "t64x128k32": (16, 8, 2, 2, 32), "t128x256k16": (16, 16, 2, 4, 16),
+                # "p": A staged by lanes in pairs (matmul_tile.wgsl)
+                "p128x128k32": (16, 16, 2, 2, 32), "p64x128k16": (16, 8, 2, 2, 16),
+                "p128x128k16": (16, 16, 2, 2, 16), "p128x256k16": (16, 16, 2, 4, 16)}
 
 
 def _tile_bytes(name):
@@ -853,7 +856,12 @@ def _tile_source(name, t, epilogue):
             stores += [f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};", f"if (row{r}{i} < M) {{"]
             stores += [f"    if (c{c} < n4) {{ store4(base + row{r}{i} * n4 + c{c}, row{r}{i}, "
                        f"4 * c{c}, acc{r}{i}{c}); }}" for c in range(tn)] + ["}"]
-    text = render("matmul_tile.wgsl", T=t, EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
+    if name[0] == "p":
+        staging = [f"let lr = (t / 2) % {a_step};", f"let lc = t % 2 + 2 * (t / {2 * a_step});"]
+    else:
+        staging = ["let lr = t / (BK / 4);", "let lc = t % (BK / 4);"]
+    text = render("matmul_tile.wgsl", T=t, STAGING="\n".join("    " + x for x in staging),
+                  EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
                   BN=4 * bn4, BN4=bn4, AS=a_step, BS=b_step, LA=la, LB=lb, TILES=tiles,
                   ACC="\n".join(f"    var acc{r}{i}{c} = vec4<{t}>();" for r, i, c in acc),
                   LOOP="\n".join(loop), STORES="\n".join("    " + line for line in stores))
