@@ -263,6 +263,14 @@ def test_every_reduce_candidate_gives_the_fallbacks_result(wgpu_backend, monkeyp
                                    atol=1e-4)
 
 
+def test_reduce_candidates_leave_long_sums_to_workgroups():
+    from ember.backends.wgpu import runners
+    gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(is_cpu=False)))
+    full = runners._reduce_candidates(gpu, True, 1, 1 << 24)
+    assert "g8192" in full and not any(c in full for c in ("t1", "t8", "c8", "t256"))
+    assert {"t1", "c32", "g32"} <= set(runners._reduce_candidates(gpu, True, 4096, 4096))
+
+
 def test_a_long_reduction_is_tuned(wgpu_backend):
     from ember import Tensor
     a = np.random.default_rng(4).standard_normal((1024, 1100), dtype=np.float32)

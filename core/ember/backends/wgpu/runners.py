@@ -534,7 +534,10 @@ def _reduce_candidates(be, by_value, n_out, n_red):
     # invocations) ran at 0.21x torch's on the H200
     for c in (1, 8, 32, 128, 512, 2048, 8192) if by_value else (1,):
         if c == 1 or n_red // c >= 64:
-            out += [f"{e}{c}" for e in "gtc"[:2 + (c > 1)] if f"{e}{c}" != out[0]]
+            # an invocation sums at most 32768 alone: more, one after another in float32,
+            # disagrees with a workgroup's tree (16M elements in 8 on the H200), and is slow
+            kinds = "gtc"[:2 + (c > 1)] if -(-n_red // c) <= 32768 else "g"
+            out += [f"{e}{c}" for e in kinds if f"{e}{c}" != out[0]]
     return out
 
 
