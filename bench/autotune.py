@@ -270,7 +270,7 @@ def _epilogue(be, torch, size=4096):
              "relu(x @ w)": lambda: fused.realize((Af @ Wf).relu()._prim)}
     print(f"\nat {size}: ms per call, queued | synced per call; ratio to the bare product")
     for label, env in [("tuned", {}), *((c, {"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c})
-                                        for c in ["tiled", *runners.MATMUL_TILES])]:
+                                        for c in runners.MATMUL_TILES)]:
         times = {}
         for case, fn in cases.items():
             try:

@@ -267,7 +267,7 @@ def test_reduce_candidates_leave_long_sums_to_workgroups():
     from ember.backends.wgpu import runners
     gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(is_cpu=False)))
     full = runners._reduce_candidates(gpu, True, 1, 1 << 24)
-    assert "g8192" in full and not any(c in full for c in ("t1", "t8", "c8", "t256"))
+    assert "g8192" in full and not any(c in full for c in ("t1", "t8", "c8"))
     assert {"t1", "c32", "g32"} <= set(runners._reduce_candidates(gpu, True, 4096, 4096))
 
 
