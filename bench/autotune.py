@@ -10,49 +10,52 @@ side with PyTorch (CUDA, fp32, TF32 off).
     python bench/autotune.py --gpu --epilogue # relu(x @ w + b) against the bare product
 
 Shapes are MxNxK (C[M, N] = A[M, K] @ B[K, N]). A row first checks ember's result against
-NumPy's (matmuls on the first rows). Times are per call with calls queued back to back and one
-sync, best of 3 (each of about 0.1 s): eager calls (Python's cost per call included), and
-"kernels": 8 calls captured in one ember.jit plan and replayed (one submission each), per call.
-The first-call column is one synced call of a fresh key (tuning included, the kernels'
-compiling too) and the cached column one synced call after the in-process memory is cleared
-(the choice read from the JSON file), both less one steady call. The "kernels" replay runs 8
-independent products in one submission, which the GPU may overlap: on small shapes it
-overstates what one kernel does (64x4096x4096's default, 32 workgroups, cannot reach its 0.110
-ms alone), so the eager columns are the comparison with torch's calls.
+NumPy's (matmuls on the first rows). Times are per call, calls queued back to back with one
+sync, best of 3 (each of about 0.1 s), torch's the same way (torch.cuda.synchronize): "eager"
+is ember's whole call (Python's cost included: ~0.08 ms or more, so short products are
+host-bound there), "kernels" its kernels alone: one call's dispatches recorded, then
+dispatched again over the same buffers (_kernel_time: serialized on the GPU as torch's calls
+are on its stream; ~5 us of Python a dispatch, off the GPU's path). torch's queued calls are
+its kernels too (its launch costs less than its shortest kernel here). The first-call column
+is one synced call of a fresh key (tuning included, the kernels' compiling too) and the cached
+column one synced call after the in-process memory is cleared (the choice read from the JSON
+file), both less one steady call. "choice": what the tuner kept.
 
 Measured 2026-12-02 on one NVIDIA H200 (Vulkan, wgpu-py 0.32.0; torch 2.11, TF32 off),
-`python bench/autotune.py --gpu --each --epilogue` at commit f345f70, eager ms per call:
+`python3 bench/autotune.py --gpu` on branch s4-mm (commit d7fc7ab), ms per call:
 
-    case                     tuned untuned  torch torch/tuned gain | best forced candidate
-    matmul 1024^3            0.135  0.142  0.056    0.42x   1.05x | d64x128k8      0.096
-    matmul 2048^3            0.473  0.474  0.342    0.72x   1.00x | tiled          0.477
-    matmul 4096^3            3.208  3.248  2.711    0.84x   1.01x | t64x128k16     3.074
-    matmul 1000^3            0.165  0.140  0.051    0.31x   0.85x | t64x128k16     0.101
-    matmul 4096x4096x64      0.135  0.113  0.069    0.52x   0.84x | t128x64k16     0.109
-    matmul 64x4096x4096      0.182  0.445  0.057    0.31x   2.44x | t128x128k16/s8 0.182
-    matmul 256^3 batch 32    0.087  0.087  0.028    0.32x   1.00x | t64x128k16m4   0.070
-    sum of 4096x4096         0.208  0.203  0.023    0.11x   0.97x |
-    column sums 4096x4096    0.176  0.169  0.028    0.16x   0.96x |
-    row max of 64x262144     0.116  0.288  0.029    0.25x   2.47x |
-    geometric mean gain 1.16x; first calls (tuning, compiling included) 16 ms - 3.7 s;
-    a cached choice read from the file: 0.2 - 1 ms (one 6.6 ms outlier)
+                                 eager (whole calls)            | kernels alone
+    case                         tuned untuned torch  /tuned gain | tuned untuned /tuned gain
+    (/tuned: torch's time over ember's tuned one; gain: untuned over tuned)
+    matmul 1024^3                0.128  0.234  0.056  0.44x 1.83x |  0.071  0.114  0.79x 1.60x
+    matmul 2048^3                0.475  0.485  0.341  0.72x 1.02x |  0.413  0.411  0.82x 0.99x
+    matmul 4096^3                3.078  3.215  2.684  0.87x 1.04x |  3.013  3.173  0.89x 1.05x
+    matmul 1000^3                0.117  0.162  0.051  0.43x 1.39x |  0.071  0.118  0.71x 1.67x
+    matmul 4096x4096x64          0.115  0.111  0.069  0.60x 0.97x |  0.078  0.082  0.89x 1.06x
+    matmul 64x4096x4096          0.192  0.451  0.057  0.29x 2.35x |  0.074  0.431  0.77x 5.84x
+    matmul 256^3 batch 32        0.101  0.094  0.029  0.28x 0.93x |  0.041  0.042  0.69x 1.02x
+    matmul 4096x64x4096 (extra)  0.166  0.469  0.061  0.37x 2.83x |  0.098  0.415  0.62x 4.22x
+    sum of 4096x4096             0.139  0.241  0.023  0.16x 1.73x |  0.054  0.135  0.43x 2.52x
+    column sums 4096x4096        0.157  0.163  0.028  0.18x 1.04x |  0.095  0.136  0.29x 1.42x
+    row max of 64x262144         0.143  0.142  0.029  0.20x 1.00x |  0.069  0.077  0.42x 1.12x
+    geometric mean gain over the 10 shapes (not the extra): eager 1.26x, kernels 1.53x
+    choices: t64x128k16, tiled, t64x128k16, p64x128k16, t128x128k8, t64x128k16/s8,
+    d128x128k8, t64x64k16/s8; g2048, c32, g32
+    first calls (tuning, compiling included) 0.19 - 6.6 s (the first shape compiles ~40
+    kernels); a cached choice read from the file 0.3 - 0.9 ms (one 4.7 ms outlier)
 
-That run's tuner had a bug fixed since (commit b2bd4c2): each candidate's first sample was a
-single launch and its wait, against the default's several launches a wait, so on short
-products every candidate was eliminated at once and the default stayed (1024^3, 1000^3,
-4096x4096x64, batch 32: the "tuned" column there is the default's, its spread is noise). The
-forced column (every candidate timed alone in the same run, --each) is what the tuner now
-chooses among; it was not measured again after the fix. relu(x @ w + b) at 4096 through
-Fusion(Wgpu()), tuned: 3.100 ms against the bare product's 3.193 (0.97x; synced per call
-0.96x; the product tuned to d64x128k8, the fused kernel, tuned as itself, to t64x128k16);
-with the old default forced (matmul_tiled.wgsl) 1.08x: its epilogue costs 8%, that of
-t64x128k16 0.6%.
+The same run's eager columns are host-bound below ~0.1 ms (the dispatch path, not the
+kernels). The earlier "kernels" column (8 products in one ember.jit replay) let the GPU overlap
+independent products: it gave 1024^3 0.97x cuBLAS where its kernel alone is 0.79x here. An
+earlier run of the same branch with every candidate forced (--each: 2048^3 best tiled 0.424,
+t128x256k16 0.430; 4096^3 best t64x128k16 3.112, t128x256k16 3.186; batch 32 best t128x128k16
+0.038) found no tile shape that reaches 0.9x at 2048^3 or batch 32. relu(x @ w + b) at 4096
+(--epilogue, measured before this branch): 0.97x the bare product.
 """
 
 import argparse
 import math
 import os
-import sys
 import tempfile
 import time
 
@@ -108,13 +111,28 @@ def _with(env, fn):
                 os.environ[k] = v
 
 
-def _kernel_time(fn, sync, env, per=8):
-    """Seconds per call of fn's kernels alone: `per` calls in one ember.jit plan, replayed
-    (one submission a replay), so that Python's per-call cost stays off the GPU's path."""
-    import ember
-    plan = ember.jit(lambda: [fn() for _ in range(per)])
-    _with(env, plan)  # captured here, with the choices of `env`
-    return _with(env, lambda: _queued(plan, sync)) / per
+def _kernel_time(be, fn, env, target=0.1):
+    """Seconds per call of fn's kernels alone: one call's dispatches recorded (as ember.jit
+    records a plan), then dispatched again and again over the same buffers, queued with one
+    wait. Each repeat writes the buffers the last one wrote, so the GPU runs them one after
+    another, as CUDA runs torch's calls on one stream; the Python left is ~5 us a dispatch,
+    off the GPU's path (a jit replay of 8 independent products in one submission, this
+    column's earlier form, let the GPU overlap them and flattered short products)."""
+    from ember.backends.wgpu.plan import Recording
+    dev = be.device
+    be.sync()
+    dev.recording = rec = Recording()
+    try:
+        out = _with(env, fn)  # (the choice is already made: tuning would refuse to record)
+    finally:
+        dev.recording = None
+
+    def replay():
+        for command in rec.commands:
+            dev.dispatch(*command)
+    t = _queued(replay, be.sync, target=target)
+    del out
+    return t
 
 
 def _forget():
@@ -172,7 +190,7 @@ def gpu(each=False, epilogue=False):
           "ms per call; ratios: torch / ember (>1: ember faster), untuned / tuned", flush=True)
     head = (f"{'case':34s} {'tuned':>8s} {'untuned':>8s} {'torch':>8s} {'tuned/torch':>11s} "
             f"{'untuned/torch':>13s} {'gain':>6s} {'1st call':>9s} {'cached':>8s} | "
-            f"{'kernels: tuned':>8s} {'untuned':>8s} {'/torch':>9s} {'gain':>5s}")
+            f"{'kernels: tuned':>8s} {'untuned':>8s} {'/torch':>9s} {'gain':>5s} choice")
     print(head)
     gains = []
     for name, fn, tfn, check, shape in _cases(be, torch):
@@ -187,8 +205,9 @@ def gpu(each=False, epilogue=False):
             _forget()
             cached = _synced_once(fn, be.sync) - min(_synced_once(fn, be.sync)
                                                       for _ in range(3))
-            k_untuned = _kernel_time(fn, be.sync, {"EMBER_AUTOTUNE": "0"})
-            k_tuned = _kernel_time(fn, be.sync, {})
+            chosen = ",".join(autotune._memory.values())  # (_forget left only this row's)
+            k_untuned = _kernel_time(be, fn, {"EMBER_AUTOTUNE": "0"})
+            k_tuned = _kernel_time(be, fn, {})
             theirs = _queued(tfn, cuda)
         except Exception as e:  # noqa: BLE001 (a row that fails is shown, the rest still runs)
             print(f"{name:34s} FAILED: {type(e).__name__}: {e}", flush=True)
@@ -198,16 +217,13 @@ def gpu(each=False, epilogue=False):
         print(f"{name:34s} {tuned * 1e3:8.3f} {untuned * 1e3:8.3f} {theirs * 1e3:8.3f} "
               f"{theirs / tuned:10.2f}x {theirs / untuned:12.2f}x {untuned / tuned:5.2f}x "
               f"{first * 1e3:7.0f}ms {cached * 1e3:6.2f}ms | {k_tuned * 1e3:8.3f} "
-              f"{k_untuned * 1e3:8.3f} {theirs / k_tuned:9.2f}x {k_untuned / k_tuned:5.2f}x",
-              flush=True)
+              f"{k_untuned * 1e3:8.3f} {theirs / k_tuned:9.2f}x {k_untuned / k_tuned:5.2f}x "
+              f"{chosen}", flush=True)
     for i, what in enumerate(("eager", "kernels")):
         if gains:
             geo = math.exp(sum(math.log(g[i]) for g in gains) / len(gains))
             print(f"geometric mean gain, tuned over untuned, {what}, {len(gains)} shapes: "
                   f"{geo:.2f}x")
-    print("choices:", file=sys.stderr)
-    for entry, winner in sorted(autotune._memory.items()):
-        print(f"  {entry.split('|', 1)[1][:60]:60s} -> {winner}", file=sys.stderr)
     if each:
         _each(be, torch)
     if epilogue:
@@ -217,7 +233,7 @@ def gpu(each=False, epilogue=False):
 def _each(be, torch):
     """Every matmul candidate forced, per shape: what the tuner chooses among."""
     from ember.backends.wgpu import runners
-    print("\nevery candidate, ms per call (queued), forced with EMBER_WGPU_MATMUL:")
+    print("\nevery candidate's kernels, ms per call, forced with EMBER_WGPU_MATMUL:")
     for name, fn, _, _, shape in _cases(be, None):
         if shape is None:
             continue
@@ -226,8 +242,8 @@ def _each(be, torch):
         row = []
         for c in cands:
             try:
-                t = _with({"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c},
-                          lambda fn=fn: _queued(fn, be.sync, target=0.05, repeat=2))
+                t = _kernel_time(be, fn, {"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c},
+                                 target=0.03)
                 row.append(f"{c} {t * 1e3:.3f}")
             except Exception as e:  # noqa: BLE001
                 row.append(f"{c} FAILED ({type(e).__name__})")
@@ -254,7 +270,7 @@ def _epilogue(be, torch, size=4096):
              "relu(x @ w)": lambda: fused.realize((Af @ Wf).relu()._prim)}
     print(f"\nat {size}: ms per call, queued | synced per call; ratio to the bare product")
     for label, env in [("tuned", {}), *((c, {"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c})
-                                        for c in ["tiled", *runners.MATMUL_TILES])]:
+                                        for c in runners.MATMUL_TILES)]:
         times = {}
         for case, fn in cases.items():
             try:

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -109,6 +110,25 @@ def test_a_wrong_or_failing_candidate_never_wins():
         assert f.choose() == "right"
 
 
+def test_a_candidate_slower_than_a_sample_of_the_best_is_launched_once_more_only():
+    f = Family({"default": 0.001, "slow": 0.08})  # a sample: 4 launches of the default
+    assert f.choose() == "default"
+    assert f.runs.count("slow") == 2  # its check, then one launch
+
+
+def test_repeats_time_n_launches_in_one_call(monkeypatch):
+    runs, clock = [], [0.0]  # a clock that the launches advance: no sleeping, no load
+
+    def run(c, n=1):
+        runs.append((c, n))
+        clock[0] += n * {"default": 4e-4, "fast": 1e-4}[c]
+        return np.arange(4.0)
+    monkeypatch.setattr(autotune, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    assert autotune.choose("test.repeats", ("dev",), ["default", "fast"], run, lambda x: x,
+                           lambda: None, repeats=True) == "fast"
+    assert max(n for _, n in runs) == 8 and len(runs) < 20  # 8 launches: a 3 ms sample
+
+
 def test_one_candidate_is_not_tuned():
     f = Family({"only": 0.001})
     assert f.choose() == "only" and f.runs == []
@@ -161,7 +181,7 @@ AWKWARD = [((37, 132), (132, 20)), ((2, 3, 67, 40), (40, 68)), ((129, 1028), (10
 
 def _tile_candidates():
     from ember.backends.wgpu import runners
-    return [*runners.MATMUL_TILES, "t64x64k32/s3", "t128x128k16/s2", "tiled"]
+    return [*runners.MATMUL_TILES, "t64x64k32/s3", "t128x128k16/s2", "t32x128k16/s16"]
 
 
 @pytest.mark.parametrize("cand", _tile_candidates())
@@ -191,12 +211,11 @@ def test_matmul_candidates_run_a_fused_epilogue(wgpu_backend, monkeypatch, cand)
 
 
 def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
-    from types import SimpleNamespace
-
     from ember.backends.wgpu import runners
     for name, (wx, wy, ra, tn, bk) in runners.MATMUL_TILES.items():
         sets = 2 if name[0] == "d" else 1  # double-buffered
-        assert wx * wy <= 256 and sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 16384
+        assert wx * wy <= 256
+        assert runners._tile_bytes(name) == sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 32768
     gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(
         is_cpu=False, limits={"workgroup_storage": 32768})))
     long = runners._matmul_kernels(gpu, True, 64, 4096, 4096, 1, None)
@@ -207,6 +226,7 @@ def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
             is_cpu=is_cpu, limits={"workgroup_storage": 16384})))
         kernels = runners._matmul_kernels(small, True, 256, 256, 256, 1, None)
         assert "tiled" not in kernels and "t128x128k16" in kernels[:2]
+        assert all(runners._tile_bytes(k) <= 16384 for k in kernels if k in runners.MATMUL_TILES)
         assert len(kernels) == len(set(kernels))
     assert not any("/s" in c for c in runners._matmul_kernels(gpu, True, 64, 4096, 4096, 1,
                                                               "a block"))
@@ -241,6 +261,14 @@ def test_every_reduce_candidate_gives_the_fallbacks_result(wgpu_backend, monkeyp
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{cand} {shape}")
         np.testing.assert_allclose(got[0], a.sum(axis=dims, keepdims=True), rtol=1e-4,
                                    atol=1e-4)
+
+
+def test_reduce_candidates_leave_long_sums_to_workgroups():
+    from ember.backends.wgpu import runners
+    gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(is_cpu=False)))
+    full = runners._reduce_candidates(gpu, True, 1, 1 << 24)
+    assert "g8192" in full and not any(c in full for c in ("t1", "t8", "c8"))
+    assert {"t1", "c32", "g32"} <= set(runners._reduce_candidates(gpu, True, 4096, 4096))
 
 
 def test_a_long_reduction_is_tuned(wgpu_backend):

@@ -93,11 +93,13 @@ def _write(path, entry, winner):
                       stacklevel=4)
 
 
-def choose(family, key, candidates, run, read, sync, samples=3):
+def choose(family, key, candidates, run, read, sync, samples=3, repeats=False):
     """The candidate to use for `key`: candidates[0] when tuning is off or there is one; else
     the remembered winner, or the fastest of the candidates that agree with candidates[0] on
     this call's inputs. run(c) launches candidate c and returns its output; read(out) its values
-    as an array; sync() waits until what was launched has finished."""
+    as an array; sync() waits until what was launched has finished. repeats: run(c, n) launches
+    c n times at the cost of n dispatches, so that a sample times the kernels where a call's
+    Python would outlast them (a short product: that cost is gone in an ember.jit replay)."""
     candidates = list(candidates)
     if len(candidates) < 2 or not enabled():
         return candidates[0]
@@ -121,7 +123,7 @@ def choose(family, key, candidates, run, read, sync, samples=3):
         if winner in candidates:
             _fast[fast] = winner
             return winner
-    winner, report = _tune(candidates, run, read, sync, samples)
+    winner, report = _tune(candidates, run, read, sync, samples, repeats)
     with _lock:
         _memory[entry] = _fast[fast] = winner
         _tuned.append(entry)
@@ -131,21 +133,26 @@ def choose(family, key, candidates, run, read, sync, samples=3):
     return winner
 
 
-def _tune(candidates, run, read, sync, samples):
+def _tune(candidates, run, read, sync, samples, repeats):
     start = time.perf_counter()
+
+    def launch(c, n):
+        if repeats:
+            return run(c, n)
+        for _ in range(n):
+            run(c)
     want = read(run(candidates[0]))
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     times, notes = {}, []
     # launches per sample, the same for every candidate: enough that a sample of the default
-    # lasts 2 ms, so that the wait at its end (a read-back, ~0.5 ms on the H200) does not
+    # lasts 3 ms, so that the wait at its end (a read-back, ~0.5 ms on the H200) does not
     # decide which of two short kernels wins
     reps = 1
-    while reps < 64:
+    while reps < 256:
         t0 = time.perf_counter()
-        for _ in range(reps):
-            run(candidates[0])
+        launch(candidates[0], reps)
         sync()
-        if time.perf_counter() - t0 >= 2e-3:
+        if time.perf_counter() - t0 >= 3e-3:
             break
         reps *= 2
     for c in candidates:
@@ -160,11 +167,19 @@ def _tune(candidates, run, read, sync, samples):
             notes.append(f"{c} disagrees with {candidates[0]}")
             continue
         best = min(times.values(), default=math.inf)
+        # one launch first: one of over 50 ms that outlasts two samples of the best is not
+        # sampled (a full sum in one invocation took seconds a sample on the H200)
+        t0 = time.perf_counter()
+        launch(c, 1)
+        sync()
+        one = time.perf_counter() - t0
+        if one > max(2 * best * reps, 0.05):
+            times[c] = one
+            continue
         elapsed = []
         for _ in range(samples):
             t0 = time.perf_counter()
-            for _ in range(reps):
-                run(c)
+            launch(c, reps)
             sync()
             elapsed.append((time.perf_counter() - t0) / reps)
             if elapsed[-1] > 2 * best:  # clearly slower: no need for more samples

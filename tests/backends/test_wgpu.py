@@ -149,7 +149,7 @@ def test_matmul_shapes_and_ints():
 @pytest.mark.parametrize("kernel", ["scalar", "vec4", "tiled"])
 def test_every_matmul_kernel_on_edges_batches_and_views(monkeypatch, kernel):
     """Each kernel forced (a CPU adapter would pick vec4): sizes across the 128x128 tiles and
-    the BK=32 steps of matmul_tiled.wgsl, broadcast batches, an operand at an offset."""
+    the BK=32 steps of "tiled" (matmul_tile.wgsl), broadcast batches, an operand at an offset."""
     monkeypatch.setenv("EMBER_WGPU_MATMUL", kernel)
     rng = np.random.default_rng(4)
     for (m, k, n) in [(4, 4, 4), (129, 36, 132), (130, 68, 260), (3, 100, 8)]:
@@ -226,7 +226,8 @@ def test_shader_unroll_directive():
     from ember.backends.wgpu import kernels
     text = kernels._unroll("a\n    //! unroll i 3\n    x[#i] += #i;\n    //! end unroll\nb\n")
     assert text == "a\n    x[0] += 0;\n    x[1] += 1;\n    x[2] += 2;\nb\n"
-    assert "#k" not in kernels.source("matmul_tiled.wgsl")
+    from ember.backends.wgpu import runners
+    assert "#" not in runners._tile_source("tiled", "f32", "")
 
 # ---- buffers: reuse of unshared inputs, the pool, exclusive memory ----------------------------
 def test_a_chain_of_temporaries_reuses_one_buffer():

@@ -530,9 +530,14 @@ def _reduce_candidates(be, by_value, n_out, n_red):
         return [forced if by_value or forced[1:] == "1" else out[0]]
     if n_out * n_red < 1 << 20:
         return out
-    for c in (1, 8, 32, 128, 512, 2048) if by_value else (1,):
-        if c == 1 or n_red // c >= 256:
-            out += [f"{e}{c}" for e in "gtc"[:2 + (c > 1)] if f"{e}{c}" != out[0]]
+    # chunks of 64 and more: a column sum of 4096 x 4096 in chunks of 512 rows (32K
+    # invocations) ran at 0.21x torch's on the H200
+    for c in (1, 8, 32, 128, 512, 2048, 8192) if by_value else (1,):
+        if c == 1 or n_red // c >= 64:
+            # an invocation sums at most 32768 alone: more, one after another in float32,
+            # disagrees with a workgroup's tree (16M elements in 8 on the H200), and is slow
+            kinds = "gtc"[:2 + (c > 1)] if -(-n_red // c) <= 32768 else "g"
+            out += [f"{e}{c}" for e in kinds if f"{e}{c}" != out[0]]
     return out
 
 
@@ -773,18 +778,28 @@ def _submit_big(be, n):
 
 
 # ---- matmul -------------------------------------------------------------------------------------
-MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64),
-                  "tiled": ("matmul_tiled.wgsl", 128)}
+MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64)}
 # matmul_tile.wgsl's shapes: name -> (WX, WY, RA, TN, BK): WX x WY invocations, each 4 RA rows
-# by 4 TN columns of a (4 RA WY) x (4 TN WX) tile, BK steps of k; 4 BK (BM + BN) <= 16 KiB
-MATMUL_TILES = {"t128x128k16": (16, 16, 2, 2, 16), "t128x64k16": (8, 16, 2, 2, 16),
+# by 4 TN columns of a (4 RA WY) x (4 TN WX) tile, BK steps of k; "d": double-buffered. The
+# workgroup memory each needs (_tile_bytes) is checked against the device's: 16 KiB is what
+# browsers guarantee, "tiled" (the default where it fits) and others take 24-32 KiB
+MATMUL_TILES = {"tiled": (16, 16, 2, 2, 32),
+                "t128x128k16": (16, 16, 2, 2, 16), "t128x64k16": (8, 16, 2, 2, 16),
                 "t64x128k16": (16, 8, 2, 2, 16), "t64x64k32": (8, 8, 2, 2, 32),
                 "t64x64k16": (16, 16, 1, 1, 16), "t128x128k8": (16, 16, 2, 2, 8),
                 "t64x128k16m4": (16, 16, 1, 2, 16), "t128x64k16m4": (8, 32, 1, 2, 16),
                 "t32x128k16": (16, 8, 1, 2, 16),
-                # double-buffered (matmul_tile_db.wgsl): 8 BK (BM + BN) <= 16 KiB
                 "d128x128k8": (16, 16, 2, 2, 8), "d64x128k8": (16, 8, 2, 2, 8),
-                "d128x64k8": (8, 16, 2, 2, 8), "d64x64k16": (8, 8, 2, 2, 16)}
+                "d128x64k8": (8, 16, 2, 2, 8), "d64x64k16": (8, 8, 2, 2, 16),
+                "d128x128k16": (16, 16, 2, 2, 16), "t128x256k16": (16, 16, 2, 4, 16),
+                # "p": A staged by lanes in pairs (matmul_tile.wgsl)
+                "p128x128k32": (16, 16, 2, 2, 32), "p64x128k16": (16, 8, 2, 2, 16),
+                "p128x128k16": (16, 16, 2, 2, 16), "p128x256k16": (16, 16, 2, 4, 16)}
+
+
+def _tile_bytes(name):
+    wx, wy, ra, tn, bk = MATMUL_TILES[name]
+    return (2 if name[0] == "d" else 1) * 16 * bk * (ra * wy + tn * wx)
 
 
 def _tile(choice):
@@ -795,30 +810,63 @@ def _tile(choice):
 
 
 def _tile_source(name, t, epilogue):
+    """matmul_tile.wgsl for one shape: its accumulators, k loop and stores written out here."""
     wx, wy, ra, tn, bk = MATMUL_TILES[name]
-    n_threads = wx * wy
+    n_threads, double = wx * wy, name[0] == "d"
     bm4, bn4 = ra * wy, tn * wx  # the tile's rows and columns, in vec4s
     a_step, b_step = n_threads // (bk // 4), n_threads // bn4  # rows staged apart
+    la, lb = 4 * bm4 // a_step, bk // b_step  # vec4s staged per invocation
     acc = [(r, i, c) for r in range(ra) for i in range(4) for c in range(tn)]
+    sets = ("0", "1") if double else ("",)
+    tiles = "\n".join(
+        f"var<workgroup> tile_a{n}: array<array<vec4<{t}>, {bm4}>, BK>;  // [k][m / 4]: A^T\n"
+        f"var<workgroup> tile_b{n}: array<array<vec4<{t}>, {bn4}>, BK>;  // [k][n / 4]"
+        for n in sets)
 
-    def fma(n=""):  # the multiply-adds of one k, from tile set n
+    def load(k):  # the registers of the step at k (an expression)
+        return [f"pa{q} = load_a(a_row{q}, a_ok{q}, ({k}) / 4 + lc, k4);" for q in range(la)] + [
+            f"pb{q} = load_b(b_col, b_ok, {k} + brow + {b_step * q}, k_end, brs);"
+            for q in range(lb)]
+
+    def stage(n):  # registers -> tile set n (A transposed: k-major)
+        return [f"tile_a{n}[lc * 4 + {j}][ma + {a_step // 4 * q}][mc] = pa{q}.{'xyzw'[j]};"
+                for q in range(la) for j in range(4)] + [
+            f"tile_b{n}[brow + {b_step * q}][bc] = pb{q};" for q in range(lb)]
+
+    def fma(n):  # the multiply-adds of the step in set n, its k loop unrolled
         lines = [f"let a{r} = tile_a{n}[#k][ty + {wy * r}];" for r in range(ra)]
         lines += [f"let b{c} = tile_b{n}[#k][tx + {wx * c}];" for c in range(tn)]
         lines += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
-        return "\n".join(" " * 12 + line for line in lines)
+        return [f"//! unroll k {bk}", "{", *("    " + x for x in lines), "}", "//! end unroll"]
+    if double:  # step kt from set 0 while kt + BK is staged into set 1, then the reverse
+        loop = [*stage(0), "workgroupBarrier();",
+                "for (var kt = k_first; kt < k_end; kt += 2 * BK) {",
+                *load("kt + BK"), *fma(0), *stage(1), "workgroupBarrier();",
+                "if (kt + BK >= k_end) {", "    break;", "}",
+                *load("kt + 2 * BK"), *fma(1), *stage(0), "workgroupBarrier();", "}"]
+    else:
+        loop = ["for (var kt = k_first; kt < k_end; kt += BK) {", *stage(""),
+                "workgroupBarrier();", *load("kt + BK"), *fma(""), "workgroupBarrier();", "}"]
+    depth = 0  # the loop's lines indented by their braces
+    for j, line in enumerate(loop):
+        depth -= line.startswith("}")
+        loop[j] = "    " * (depth + 1) + line
+        depth += line.endswith("{")
     stores = [f"let c{c} = n0 / 4 + tx + {wx * c};" for c in range(tn)]
     for r in range(ra):
         for i in range(4):
             stores += [f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};", f"if (row{r}{i} < M) {{"]
             stores += [f"    if (c{c} < n4) {{ store4(base + row{r}{i} * n4 + c{c}, row{r}{i}, "
                        f"4 * c{c}, acc{r}{i}{c}); }}" for c in range(tn)] + ["}"]
-    text = render("matmul_tile_db.wgsl" if name[0] == "d" else "matmul_tile.wgsl",
-                  FMA=fma(), FMA0=fma(0), FMA1=fma(1),
-                  T=t, EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
-                  BN=4 * bn4, BM4=bm4, BN4=bn4, AS=a_step, AS4=a_step // 4, BS=b_step,
-                  LA=4 * bm4 // a_step, LB=bk // b_step,
+    if name[0] == "p":
+        staging = [f"let lr = (t / 2) % {a_step};", f"let lc = t % 2 + 2 * (t / {2 * a_step});"]
+    else:
+        staging = ["let lr = t / (BK / 4);", "let lc = t % (BK / 4);"]
+    text = render("matmul_tile.wgsl", T=t, STAGING="\n".join("    " + x for x in staging),
+                  EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
+                  BN=4 * bn4, BN4=bn4, AS=a_step, BS=b_step, LA=la, LB=lb, TILES=tiles,
                   ACC="\n".join(f"    var acc{r}{i}{c} = vec4<{t}>();" for r, i, c in acc),
-                  STORES="\n".join("    " + line for line in stores))
+                  LOOP="\n".join(loop), STORES="\n".join("    " + line for line in stores))
     return kernels._unroll(text)
 
 
@@ -839,19 +887,20 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
         return [forced if vec4 or forced == "scalar" else "scalar"]
     if not vec4:
         return ["scalar"]
-    # matmul_tiled.wgsl stages 32 KiB of workgroup memory; a device at WebGPU's default limit
-    # (16 KiB: many browsers and phones) takes the tile of its shape that fits instead
-    tiled = "tiled" if be.device.bridge.limits.get("workgroup_storage", 1 << 15) >= 1 << 15 \
-        else "t128x128k16"
+    # "tiled" stages 32 KiB of workgroup memory; a device at WebGPU's default limit (16 KiB:
+    # many browsers and phones) takes the tile of its shape that fits instead
+    room = be.device.bridge.limits.get("workgroup_storage", 1 << 15)
+    fits = [t for t in MATMUL_TILES if _tile_bytes(t) <= room]
+    tiled = "tiled" if "tiled" in fits else "t128x128k16"
     if be.device.bridge.is_cpu:
         return ["vec4", tiled, "scalar"]
     first = [tiled, "vec4"] if M >= 64 and N >= 64 else ["vec4", tiled]
-    out = list(dict.fromkeys(first + [*MATMUL_TILES, "scalar"]))
-    tiles = nb * -(-M // 64) * -(-N // 64)
-    if epilogue is None and tiles < 512 and K >= 1024:
-        out += [f"{t}/s{s}" for t in ("t64x64k32", "t128x128k16") for s in (2, 4, 8)
-                if K // s >= 256]
-    return out
+    out = list(dict.fromkeys(first + fits))  # (scalar: 2-4x the slowest tile on the H200)
+    tiles = nb * -(-M // 128) * -(-N // 128)
+    if epilogue is None and tiles <= 256 and K >= 1024:  # few tiles, long k: split it
+        out += [f"{t}/s{s}" for t in ("t32x128k16", "t64x64k16", "t64x128k16", "t128x128k16",
+                                       tiled) for s in (2, 4, 8) if K // s >= 256]
+    return list(dict.fromkeys(out))
 
 
 def _vec4_rows(x):
@@ -911,7 +960,8 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
             tail += [x.offset, st[-2], st[-1], *bs]
         tail += _scalar_words(block)
 
-    def launch(choice, into=None, block=None):
+    def launch(choice, into=None, block=None, times=1):
+        # (times: the tuner's samples, the dispatches repeated over the same buffers)
         tile = _tile(choice)
         name, size = MATMUL_KERNELS.get(choice, (choice.partition("/s")[0], None))
         splits = tile[2] if tile else 1
@@ -939,24 +989,26 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
         else:
             grid = (-(-N // size), -(-M // size))
         step = 65535 // splits
-        for start in range(0, nb, step):
-            be.device.dispatch(k, buffers, head + [start, splits] + tail,
-                               (*grid, min(step, nb - start) * splits), be.cache)
-        if splits > 1:  # the sum over the splits: [nb, splits, M * N] -> [nb, M * N]
-            _reduce_dispatch(be, "sum", dtype, into[0], target, nb * M * N, splits, 0,
-                             [nb, M * N], [splits * M * N, 1], [splits], [M * N])
+        for _ in range(times):
+            for start in range(0, nb, step):
+                be.device.dispatch(k, buffers, head + [start, splits] + tail,
+                                   (*grid, min(step, nb - start) * splits), be.cache)
+            if splits > 1:  # the sum over the splits: [nb, splits, M * N] -> [nb, M * N]
+                _reduce_dispatch(be, "sum", dtype, into[0], target, nb * M * N, splits, 0,
+                                 [nb, M * N], [splits * M * N, 1], [splits], [M * N])
         return into[0]
 
     # the fused kernel is tuned as itself: its epilogue changes what is fastest
     cands = _matmul_kernels(be, vec4, M, N, K, nb, block)
     key = (be.device.name, dtype, bucket(M), bucket(N), bucket(K), bucket(nb))
     if block is None:
-        choice = autotune.choose("wgpu.matmul", key, cands, launch, be.to_numpy, be.sync)
+        choice = autotune.choose("wgpu.matmul", key, cands, lambda c, n=1: launch(
+            c, times=n), be.to_numpy, be.sync, repeats=True)
         return launch(choice, [out])
     outs = [out] + [be.empty(shape, dtype) for _ in block.outputs[1:]]
     choice = autotune.choose("wgpu.matmul", key + (len(block.outputs), len(ids)), cands,
-                             lambda c: launch(c, [be.empty(shape, dtype) for _ in outs], block),
-                             be.to_numpy, be.sync)
+                             lambda c, n=1: launch(c, [be.empty(shape, dtype) for _ in outs],
+                                                   block, n), be.to_numpy, be.sync, repeats=True)
     launch(choice, outs, block)
     return outs
 
