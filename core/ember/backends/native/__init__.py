@@ -55,11 +55,13 @@ SOURCE = HERE / "kernels.c"
 # -nostdlib: kernels.c calls nothing, so only a compiler and a linker are needed (-fno-builtin,
 # and GCC's -fno-tree-loop-distribute-patterns, keep the optimiser from turning its loops into
 # calls of memset/memcpy); -ffp-contract=fast: fused multiply-adds (ISO C modes turn them off);
+# -fno-trapping-math: selects on floats (GELU's clamps) may become vector blends (GCC 12 kept
+# them branches, and GELU and its gradient ran scalar: 5x slower, bench/primitives.py);
 # -fopenmp-simd: its `omp simd` loops (no OpenMP runtime). The optional flags are tried from the
 # fullest set down (a compiler refusing one: clang the GCC-only flag, some -march=native),
 # the base flags alone last.
-FLAGS = ("-O3", "-std=c11", "-ffp-contract=fast", "-fPIC", "-shared", "-nostdlib",
-         "-fno-builtin")
+FLAGS = ("-O3", "-std=c11", "-ffp-contract=fast", "-fno-trapping-math", "-fPIC", "-shared",
+         "-nostdlib", "-fno-builtin")
 SIMD = ("-fopenmp-simd",)
 GCC_ONLY = ("-fno-tree-loop-distribute-patterns",)
 TUNE = ("-march=native",)
