@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 import ember
-from ember import Tensor, nn
+from ember import Tensor
 from ember.backend import Autodiff, Fusion, NdArray
 from ember.ops import prims
 from ember.ops.nn import batch_stats

@@ -178,6 +178,7 @@ _SIGNATURES = {
     "conv2d_weight_f32": (_P, _I, _I, _I, _P, _I, _I, _I, _I, _I, _I, _I, _P, _I, _P, _I, _I,
                           _I, _P),
     "mask_where_f32": (_P, _P, ctypes.c_float, _P, _I64),
+    "relu_f32": (_P, _P, _I64),
 }
 
 
@@ -257,7 +258,7 @@ def _ready():
 
 
 class Native(kernels.Kernels):
-    """NdArray's native set (NdArray(kernels="auto") on CPython): GELU, mask_where, stride-1
+    """NdArray's native set (NdArray(kernels="auto") on CPython): GELU, ReLU, mask_where, stride-1
     convolutions and GEMMs on the compiled kernels and ember's threads, loaded on first use;
     where they cannot load, NumPy's set computes everything."""
 
@@ -277,6 +278,10 @@ class Native(kernels.Kernels):
 
     def mask_where(self, x, mask, value, out=None):
         return mask_where(x, mask, value, out) if _ready() else None
+
+    def relu(self, x, out=None):
+        got = relu(x, out) if _ready() else None
+        return super().relu(x, out) if got is None else got
 
     def conv2d(self, x, w, b, stride, padding, dilation, groups, out_hw):
         return conv2d(x, w, b, stride, padding, dilation, groups, out_hw) if _ready() else None
@@ -462,6 +467,16 @@ def mask_where(x, mask, value, out=None):
     if out is None:
         out = np.empty(x.shape, _F32)
     _lib.mask_where_f32(x.ctypes.data, mask.ctypes.data, value, out.ctypes.data, x.size)
+    return out
+
+
+def relu(x, out=None):
+    """max(x, 0) for float32 x, NaN kept, in one pass, or None."""
+    if not _fits(x) or (out is not None and not (_fits(out) and out.shape == x.shape)):
+        return None
+    if out is None:
+        out = np.empty(x.shape, _F32)
+    _lib.relu_f32(x.ctypes.data, out.ctypes.data, x.size)
     return out
 
 

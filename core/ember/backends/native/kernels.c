@@ -271,7 +271,13 @@ void conv2d_weight_f32(const float *g, int o, int oh, int ow, const float *x, in
   }
 }
 
-// ---- select ---------------------------------------------------------------------------------
+// ---- relu and select ------------------------------------------------------------------------
+// out = max(x, 0) with NaN kept, as NumPy's maximum (the relu op, 4x faster). out may be x.
+void relu_f32(const float *x, float *out, i64 n) {
+#pragma omp simd
+  for (i64 i = 0; i < n; i++) out[i] = (x[i] > 0.0f || x[i] != x[i]) ? x[i] : 0.0f;
+}
+
 // out = mask ? value : x, elementwise (mask_where; ReLU's gradient is one). out may be x.
 void mask_where_f32(const float *x, const unsigned char *mask, float value, float *out, i64 n) {
 #pragma omp simd
