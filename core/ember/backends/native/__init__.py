@@ -57,11 +57,12 @@ SOURCE = HERE / "kernels.c"
 # calls of memset/memcpy); -ffp-contract=fast: fused multiply-adds (ISO C modes turn them off);
 # -fno-trapping-math: selects on floats (GELU's clamps) may become vector blends (GCC 12 kept
 # them branches, and GELU and its gradient ran scalar: 5x slower, bench/primitives.py);
+# -fno-math-errno: a square root is one instruction (Adam's), not a call for errno's sake;
 # -fopenmp-simd: its `omp simd` loops (no OpenMP runtime). The optional flags are tried from the
 # fullest set down (a compiler refusing one: clang the GCC-only flag, some -march=native),
 # the base flags alone last.
-FLAGS = ("-O3", "-std=c11", "-ffp-contract=fast", "-fno-trapping-math", "-fPIC", "-shared",
-         "-nostdlib", "-fno-builtin")
+FLAGS = ("-O3", "-std=c11", "-ffp-contract=fast", "-fno-trapping-math", "-fno-math-errno",
+         "-fPIC", "-shared", "-nostdlib", "-fno-builtin")
 SIMD = ("-fopenmp-simd",)
 GCC_ONLY = ("-fno-tree-loop-distribute-patterns",)
 TUNE = ("-march=native",)
@@ -179,6 +180,7 @@ _SIGNATURES = {
                           _I, _P),
     "mask_where_f32": (_P, _P, ctypes.c_float, _P, _I64),
     "relu_f32": (_P, _P, _I64),
+    "adam_f32": (_P, _P, _P, _P, _P, _P, _P, _I64, ctypes.c_float, _I, _P),
 }
 
 
@@ -278,6 +280,14 @@ class Native(kernels.Kernels):
 
     def mask_where(self, x, mask, value, out=None):
         return mask_where(x, mask, value, out) if _ready() else None
+
+    def adam(self, x, g, m0, v0, new_x, m, v, w, small, *scalars):
+        if x.dtype != _F32 or not _ready():
+            return None
+        s = np.array(scalars, _F32)
+        _lib.adam_f32(*(a.ctypes.data for a in (x, g, m0, v0, new_x, m, v)), x.size, w, small,
+                      s.ctypes.data)
+        return True
 
     def relu(self, x, out=None):
         got = relu(x, out) if _ready() else None
