@@ -2,10 +2,10 @@
 
 GELU, ReLU, Adam, the stride-1 convolutions, mask_where and the pooled GEMMs must agree with
 the NumPy paths they replace (which the conformance suite checks against independent
-references) everywhere, special values and every geometry included, on every vector width; fall back to
-NumPy for what they do not take (dtypes, layouts, broadcasting, strides); be built once per
-machine (the cache); leave NumPy computing, right, when no compiler exists or it fails; and
-leave OpenBLAS's own thread count alone outside ember's GEMMs.
+references) everywhere, special values and every geometry included, on every vector width;
+fall back to NumPy for what they do not take (dtypes, layouts, broadcasting, strides); be built
+once per machine (the cache); leave NumPy computing, right, when no compiler exists or it
+fails; and leave OpenBLAS's own thread count alone outside ember's GEMMs.
 """
 
 import math
