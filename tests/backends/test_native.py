@@ -1,11 +1,11 @@
 """ember.backends.native: C kernels compiled on first use for NdArray on CPython.
 
-GELU, the stride-1 convolutions, mask_where and the pooled GEMMs must agree with the NumPy
-paths they replace (which the conformance suite checks against independent references)
-everywhere, special values and every geometry included, on every vector width; fall back to
-NumPy for what they do not take (dtypes, layouts, broadcasting, strides); be built once per
-machine (the cache); leave NumPy computing, right, when no compiler exists or it fails; and
-leave OpenBLAS's own thread count alone outside ember's GEMMs.
+GELU, ReLU, Adam, the stride-1 convolutions, mask_where and the pooled GEMMs must agree with
+the NumPy paths they replace (which the conformance suite checks against independent
+references) everywhere, special values and every geometry included, on every vector width;
+fall back to NumPy for what they do not take (dtypes, layouts, broadcasting, strides); be built
+once per machine (the cache); leave NumPy computing, right, when no compiler exists or it
+fails; and leave OpenBLAS's own thread count alone outside ember's GEMMs.
 """
 
 import math
@@ -478,6 +478,38 @@ def test_mask_where(lib):
     assert native.mask_where(x, mask[:1], 0) is None  # broadcasting
     assert native.mask_where(x, mask.astype(np.int8), 0) is None
     assert native.mask_where(x, mask, np.float32(0)) is None  # (only Python numbers)
+
+
+@needs_cc
+def test_relu(lib):
+    x = np.concatenate([SPECIAL, -SPECIAL, np.linspace(-3, 3, 1001, dtype=np.float32)])
+    want = np.maximum(x, np.float32(0))
+    got = native.relu(x)
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))  # (NaN kept, -0.0 gives +0.0)
+    inplace = x.copy()
+    assert native.relu(inplace, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace, want)
+    assert native.relu(x.astype(np.float64)) is None
+    assert native.relu(x[::2]) is None  # strided: NumPy's maximum
+    np.testing.assert_array_equal(native.KERNELS.relu(x[::2]), want[::2])
+
+
+@needs_cc
+@pytest.mark.parametrize("w", [0.1, 0.7])  # the two sides of torch's lerp
+def test_adam_matches_numpy(lib, w):
+    from ember.ops.optim import _adam_np
+    rng = np.random.default_rng(3)
+    n = 1003  # vectors and a tail
+    x, g, m = (rng.standard_normal(n).astype(np.float32) * s for s in (1, 1e-2, 1e-2))
+    s = np.stack([x * 0, m, (rng.standard_normal(n).astype(np.float32) * 1e-2) ** 2])
+    args = (x, g, s, w, 0.999, 0.3, 1e-8, -1e-3)
+    want = _adam_np(*args)  # (NumPy's set is active outside an NdArray op)
+    with kernels.using(native.KERNELS):
+        got = _adam_np(*args)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    f64 = [a.astype(np.float64) for a in (x, g, m, m, x, m, m)]
+    assert native.KERNELS.adam(*f64, w, True) is None  # float64: NumPy's loop
 
 
 @pytest.mark.skipif(not (shutil.which("clang-19") or shutil.which("clang")),

@@ -89,6 +89,10 @@ class Kernels:
         """mask_where's result (value where mask, else x; into out when given), or None."""
         return None
 
+    def adam(self, x, g, m0, v0, new_x, m, v, w, small, *scalars):
+        """The adam op over flat contiguous rows (ops/optim.py) in one pass: True, or None."""
+        return None
+
     def gelu(self, x, out=None):
         """The exact GELU of x (numerics.gelu), into out when given, or None."""
         return None

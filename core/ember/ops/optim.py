@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import shape as S
 from ..errors import ShapeError
+from . import kernels
 from .table import FLOATS, UPDATE, one_dtype, op
 
 
@@ -55,6 +56,8 @@ def _adam_np(x, g, s, w, beta2, bc2_sqrt, eps, step):
     out = np.empty(s.shape, dtype=x.dtype)
     flat = [np.ascontiguousarray(a).reshape(-1)  # (a weight's gradient is often transposed)
             for a in (x, g, s[1, ...], s[2, ...])] + list(out.reshape(3, -1))
+    if kernels.active().adam(*flat, *scalars):  # natively: one pass of C
+        return out
     tmp = np.empty(min(_BLOCK, flat[0].size), dtype=x.dtype)
     for i in range(0, flat[0].size, _BLOCK):
         block = [a[i:i + _BLOCK] for a in flat]

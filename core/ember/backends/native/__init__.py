@@ -55,11 +55,14 @@ SOURCE = HERE / "kernels.c"
 # -nostdlib: kernels.c calls nothing, so only a compiler and a linker are needed (-fno-builtin,
 # and GCC's -fno-tree-loop-distribute-patterns, keep the optimiser from turning its loops into
 # calls of memset/memcpy); -ffp-contract=fast: fused multiply-adds (ISO C modes turn them off);
+# -fno-trapping-math: selects on floats (GELU's clamps) may become vector blends (GCC 12 kept
+# them branches, and GELU and its gradient ran scalar: 5x slower, bench/primitives.py);
+# -fno-math-errno: a square root is one instruction (Adam's), not a call for errno's sake;
 # -fopenmp-simd: its `omp simd` loops (no OpenMP runtime). The optional flags are tried from the
 # fullest set down (a compiler refusing one: clang the GCC-only flag, some -march=native),
 # the base flags alone last.
-FLAGS = ("-O3", "-std=c11", "-ffp-contract=fast", "-fPIC", "-shared", "-nostdlib",
-         "-fno-builtin")
+FLAGS = ("-O3", "-std=c11", "-ffp-contract=fast", "-fno-trapping-math", "-fno-math-errno",
+         "-fPIC", "-shared", "-nostdlib", "-fno-builtin")
 SIMD = ("-fopenmp-simd",)
 GCC_ONLY = ("-fno-tree-loop-distribute-patterns",)
 TUNE = ("-march=native",)
@@ -176,6 +179,8 @@ _SIGNATURES = {
     "conv2d_weight_f32": (_P, _I, _I, _I, _P, _I, _I, _I, _I, _I, _I, _I, _P, _I, _P, _I, _I,
                           _I, _P),
     "mask_where_f32": (_P, _P, ctypes.c_float, _P, _I64),
+    "relu_f32": (_P, _P, _I64),
+    "adam_f32": (_P, _P, _P, _P, _P, _P, _P, _I64, ctypes.c_float, _I, _P),
 }
 
 
@@ -255,7 +260,7 @@ def _ready():
 
 
 class Native(kernels.Kernels):
-    """NdArray's native set (NdArray(kernels="auto") on CPython): GELU, mask_where, stride-1
+    """NdArray's native set (NdArray(kernels="auto") on CPython): GELU, ReLU, mask_where, stride-1
     convolutions and GEMMs on the compiled kernels and ember's threads, loaded on first use;
     where they cannot load, NumPy's set computes everything."""
 
@@ -275,6 +280,18 @@ class Native(kernels.Kernels):
 
     def mask_where(self, x, mask, value, out=None):
         return mask_where(x, mask, value, out) if _ready() else None
+
+    def adam(self, x, g, m0, v0, new_x, m, v, w, small, *scalars):
+        if x.dtype != _F32 or not _ready():
+            return None
+        s = np.array(scalars, _F32)
+        _lib.adam_f32(*(a.ctypes.data for a in (x, g, m0, v0, new_x, m, v)), x.size, w, small,
+                      s.ctypes.data)
+        return True
+
+    def relu(self, x, out=None):
+        got = relu(x, out) if _ready() else None
+        return super().relu(x, out) if got is None else got
 
     def conv2d(self, x, w, b, stride, padding, dilation, groups, out_hw):
         return conv2d(x, w, b, stride, padding, dilation, groups, out_hw) if _ready() else None
@@ -460,6 +477,16 @@ def mask_where(x, mask, value, out=None):
     if out is None:
         out = np.empty(x.shape, _F32)
     _lib.mask_where_f32(x.ctypes.data, mask.ctypes.data, value, out.ctypes.data, x.size)
+    return out
+
+
+def relu(x, out=None):
+    """max(x, 0) for float32 x, NaN kept, in one pass, or None."""
+    if not _fits(x) or (out is not None and not (_fits(out) and out.shape == x.shape)):
+        return None
+    if out is None:
+        out = np.empty(x.shape, _F32)
+    _lib.relu_f32(x.ctypes.data, out.ctypes.data, x.size)
     return out
 
 

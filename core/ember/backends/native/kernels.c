@@ -271,7 +271,30 @@ void conv2d_weight_f32(const float *g, int o, int oh, int ow, const float *x, in
   }
 }
 
-// ---- select ---------------------------------------------------------------------------------
+// ---- adam -----------------------------------------------------------------------------------
+// Adam's update (ops/optim.py's arithmetic, op for op): x', m', v' from x, g and the moments m0,
+// v0. w is 1 - beta1 below 0.5, else beta1 (torch's two-sided lerp); s: 1 - beta2, beta2,
+// bc2_sqrt, eps, step. Out rows may not alias the inputs.
+void adam_f32(const float *x, const float *g, const float *m0, const float *v0, float *nx,
+              float *m, float *v, i64 n, float w, int small, const float *s) {
+  float c2 = s[0], beta2 = s[1], bc2_sqrt = s[2], eps = s[3], step = s[4];
+#pragma omp simd
+  for (i64 i = 0; i < n; i++) {
+    float d = (g[i] - m0[i]) * w, mi = small ? m0[i] + d : g[i] - d;
+    float vi = g[i] * c2 * g[i] + v0[i] * beta2;
+    m[i] = mi;
+    v[i] = vi;
+    nx[i] = mi * step / (__builtin_sqrtf(vi) / bc2_sqrt + eps) + x[i];
+  }
+}
+
+// ---- relu and select ------------------------------------------------------------------------
+// out = max(x, 0) with NaN kept, as NumPy's maximum (the relu op, 4x faster). out may be x.
+void relu_f32(const float *x, float *out, i64 n) {
+#pragma omp simd
+  for (i64 i = 0; i < n; i++) out[i] = (x[i] > 0.0f || x[i] != x[i]) ? x[i] : 0.0f;
+}
+
 // out = mask ? value : x, elementwise (mask_where; ReLU's gradient is one). out may be x.
 void mask_where_f32(const float *x, const unsigned char *mask, float value, float *out, i64 n) {
 #pragma omp simd
