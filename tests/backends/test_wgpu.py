@@ -165,10 +165,10 @@ def test_every_matmul_kernel_on_edges_batches_and_views(monkeypatch, kernel):
                                atol=1e-4)
 
 
-@pytest.mark.parametrize("kernel", ["gemm", "direct"])
+@pytest.mark.parametrize("kernel", ["gemm", "gemm32x128", "direct"])
 def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
     """conv2d (with a bias), conv_transpose2d and conv2d_weight, each kernel forced: channels
-    across conv_gemm.wgsl's 64x64 tiles and its BK=16 steps, strides, dilations, groups,
+    across conv_gemm.wgsl's 64x64 and 32x128 tiles and its BK=16 steps, strides, dilations, groups,
     asymmetric padding, and weight gradients over enough pixels to run in chunks."""
     from ember.ops import OPS
     monkeypatch.setenv("EMBER_WGPU_CONV", kernel)
@@ -199,16 +199,18 @@ def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
             np.testing.assert_allclose(B.to_numpy(got), want, rtol=1e-4, atol=1e-4)
 
 
-def test_conv2d_runs_the_chain_after_it_in_its_epilogue():
+@pytest.mark.parametrize("o", [70, 20])
+def test_conv2d_runs_the_chain_after_it_in_its_epilogue(o):
     """Fusion(Wgpu()): a conv2d (with or without its bias) and the elementwise ops after it
     (a per-channel scale, a residual of the result's shape, relu) are one kernel, which also
-    writes the conv's own result where the caller keeps it."""
+    writes the conv's own result where the caller keeps it (o: output channels across 64x64
+    tiles, or in the 32x128 tiles of 32 channels or fewer)."""
     from ember.fusion import Fusion
     from ember.nn import functional as F
     rng = np.random.default_rng(6)
-    x, w = rng.standard_normal((2, 3, 9, 7)), rng.standard_normal((70, 3, 3, 3))
-    b, s = rng.standard_normal(70), rng.standard_normal((1, 70, 1, 1))
-    r = rng.standard_normal((2, 70, 5, 4))
+    x, w = rng.standard_normal((2, 3, 9, 7)), rng.standard_normal((o, 3, 3, 3))
+    b, s = rng.standard_normal(o), rng.standard_normal((1, o, 1, 1))
+    r = rng.standard_normal((2, o, 5, 4))
     for bias in (b, None):
         def graph(be, bias=bias):
             X, Wt, S, R = (t(a, backend=be) for a in (x, w, s, r))
