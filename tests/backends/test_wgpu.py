@@ -165,11 +165,12 @@ def test_every_matmul_kernel_on_edges_batches_and_views(monkeypatch, kernel):
                                atol=1e-4)
 
 
-@pytest.mark.parametrize("kernel", ["gemm", "gemm32x128", "direct"])
+@pytest.mark.parametrize("kernel", ["gemm", "gemm32x128", "gemm64x128", "direct"])
 def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
     """conv2d (with a bias), conv_transpose2d and conv2d_weight, each kernel forced: channels
-    across conv_gemm.wgsl's 64x64 and 32x128 tiles and its BK=16 steps, strides, dilations, groups,
-    asymmetric padding, and weight gradients over enough pixels to run in chunks."""
+    across conv_gemm.wgsl's 64x64, 32x128 and 64x128 tiles and its BK=16 steps, strides,
+    dilations, groups, asymmetric padding, and weight gradients over enough pixels to run in
+    chunks."""
     from ember.ops import OPS
     monkeypatch.setenv("EMBER_WGPU_CONV", kernel)
     rng = np.random.default_rng(5)

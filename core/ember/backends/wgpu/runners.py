@@ -999,7 +999,7 @@ def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs, bia
 def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, epilogue=None,
                tile=(64, 64)):
     """conv_gemm.wgsl's implicit GEMM (MODE 0 conv2d, 1 conv_transpose2d, 2 conv2d_weight)
-    into out, on (m, j) tiles of `tile` (TM x TN: 64x64 or 32x128). conv2d_weight's sums over
+    into out, on (m, j) tiles of `tile` (TM x TN, _CONV_TILES). conv2d_weight's sums over
     N*OH*OW run in chunks (enough workgroups to fill a GPU: its C is only O x C/G*KH*KW), added
     up by a sum's kernel. `epilogue`: conv2d's fused store (_conv_epilogue: key, its DECLS and
     STORE, buffers, words, signature). False where the workgroup counts pass WebGPU's 65535
@@ -1070,14 +1070,14 @@ def _conv_epilogue(be, block, producer):
 
 _CONV_MODES = {"conv2d": 0, "conv_transpose2d": 1, "conv2d_weight": 2}
 # the implicit GEMM's (TM, TN) tiles: 32x128 halves the work of a 64-row tile where m (the
-# output channels a group; conv2d_weight's too) is 32 or fewer
-_CONV_TILES = {"gemm": (64, 64), "gemm32x128": (32, 128)}
+# output channels a group; conv2d_weight's too) is 32 or fewer; 64x128 computes 8x4 a thread
+_CONV_TILES = {"gemm": (64, 64), "gemm32x128": (32, 128), "gemm64x128": (64, 128)}
 
 
 def _conv_kernels(be):
     """The candidates, the default first: the implicit GEMM's tiles, or conv.wgsl's direct
     kernels (one thread an output element: fewer passes over tiny problems).
-    EMBER_WGPU_CONV=gemm|gemm32x128|direct forces one (benchmarks, tests)."""
+    EMBER_WGPU_CONV=gemm|gemm32x128|gemm64x128|direct forces one (benchmarks, tests)."""
     forced = os.environ.get("EMBER_WGPU_CONV")
     if forced:
         if forced not in (*_CONV_TILES, "direct"):
