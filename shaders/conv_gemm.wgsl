@@ -35,6 +35,14 @@ const WM = TM * TN / 1024;
 const PA = TM / 16;   // A's rows a thread stages: am + 16 * q
 const PB = TN / 16;   // B's elements a thread stages (MODE 0, 1: k rows bk + RB * q)
 const RB = 256 / TN;
+// the kernel's size and stride are constants of the kernel (divisions by them are cheap: the
+// gathers' index arithmetic is per element); the channels a group, set once by main
+const KH = ${KH};
+const KW = ${KW};
+const SH = ${SH};
+const SW = ${SW};
+var<private> CG: i32;  // C / G
+var<private> OG: i32;  // O / G
 
 var<workgroup> tile_a: array<array<vec4<f32>, ${TM4}>, BK>;  // [k][m / 4]
 var<workgroup> tile_b: array<array<vec4<f32>, ${TN4}>, BK>;  // [k][j / 4]
@@ -52,9 +60,7 @@ fn window(plane: i32, r: i32, q: i32) -> f32 {
 // B[k, j] of MODE 0 and 1 for a column whose pixel's window starts at (r0, q0) (MODE 1: its
 // output pixel's row and column plus the padding), on x's channel planes from `xb`
 fn gather(ok: bool, k: i32, xb: i32, r0: i32, q0: i32) -> f32 {
-    let KH = info[7]; let KW = info[8];
-    let K = (info[1] / info[15]) * KH * KW;
-    if (!ok || k >= K) {
+    if (!ok || k >= CG * KH * KW) {
         return 0.0;
     }
     let c = k / (KH * KW);
@@ -67,21 +73,20 @@ fn gather(ok: bool, k: i32, xb: i32, r0: i32, q0: i32) -> f32 {
     }
     let tr = r0 - ki * info[13];
     let tq = q0 - kj * info[14];
-    let sh = info[9]; let sw = info[10];
-    if (tr < 0 || tq < 0 || tr % sh != 0 || tq % sw != 0) {
+    if (tr < 0 || tq < 0 || tr % SH != 0 || tq % SW != 0) {
         return 0.0;
     }
-    return window(plane, tr / sh, tq / sw);
+    return window(plane, tr / SH, tq / SW);
 }
 
 // A[m, k] of MODE 0 (w [O, C/G, KH, KW]) and 1 (w [C, O/G, KH, KW]) for output channel o of g
 fn weight(ok: bool, o: i32, k: i32, g: i32) -> f32 {
-    let KHW = info[7] * info[8];
-    let cg = info[1] / info[15];
+    const KHW = KH * KW;
+    let cg = CG;
     if (!ok || k >= cg * KHW) {
         return 0.0;
     }
-    let og = info[4] / info[15];
+    let og = OG;
     if (MODE == 0) {
         return y[info[17] + (g * og + o) * cg * KHW + k];
     }
@@ -92,10 +97,12 @@ fn weight(ok: bool, o: i32, k: i32, g: i32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let N = info[0]; let C = info[1]; let H = info[2]; let W = info[3]; let O = info[4];
-    let OH = info[5]; let OW = info[6]; let KH = info[7]; let KW = info[8];
+    let OH = info[5]; let OW = info[6];
     let G = info[15];
     let cg = C / G;
     let og = O / G;
+    CG = cg;
+    OG = og;
     let OHW = OH * OW;
     let chunks = info[19];
     let g = i32(wid.z) / chunks;
@@ -123,8 +130,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let bn = bj / max(OHW, 1);
     let bp = bj - bn * OHW;
     let b_ok = bj < NJ;
-    var r0 = (bp / OW) * info[9] - info[11];
-    var q0 = (bp % OW) * info[10] - info[12];
+    var r0 = (bp / OW) * SH - info[11];
+    var q0 = (bp % OW) * SW - info[12];
     if (MODE == 1) {
         r0 = bp / OW + info[11];
         q0 = bp % OW + info[12];
@@ -214,11 +221,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
 // C's row m (of group g, chunk `chunk`), columns j .. j + 3
 fn store_row(g: i32, chunk: i32, m: i32, j: i32, v: vec4<f32>) {
     let O = info[4];
-    let og = O / info[15];
+    let og = OG;
     let OHW = info[5] * info[6];
     var NJ = info[0] * OHW;
     if (MODE == 2) {
-        NJ = (info[1] / info[15]) * info[7] * info[8];
+        NJ = CG * KH * KW;
     }
     if (m >= og) {
         return;
@@ -260,7 +267,7 @@ fn load(pa: ptr<function, array<f32, 8>>, pb: ptr<function, array<f32, 8>>, kt: 
         if (#q < PB) {
             let c = (*cp)[#q];
             if (ok && (*c_ok)[#q]) {
-                (*pb)[#q] = window(xn + c.x, oh * info[9] + c.y, ow * info[10] + c.z);
+                (*pb)[#q] = window(xn + c.x, oh * SH + c.y, ow * SW + c.z);
             } else {
                 (*pb)[#q] = 0.0;
             }

@@ -1023,10 +1023,12 @@ def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, ep
     has_bias = bias is not None
     key, decls, store, more, more_words, more_sig = epilogue or (
         (), *kernels.conv_store_source(None, (), (), 0, has_bias), (), [], ())
-    fields = dict(MODE=mode, DECLS=decls, STORE=store, TM=tm, TN=tn, TM4=tm // 4, TN4=tn // 4)
-    k = compile_kernel(be.device, ("conv_gemm", mode, tile, has_bias, *key), "conv_gemm", lambda: (
-        render("conv_gemm.wgsl", **fields), "main",
-        ("w", "r", "r") + ("r",) * has_bias + more_sig))
+    shape = (*kernel, *attrs["stride"])  # constants of the kernel, as its tile
+    fields = dict(MODE=mode, DECLS=decls, STORE=store, TM=tm, TN=tn, TM4=tm // 4, TN4=tn // 4,
+                  **dict(zip(("KH", "KW", "SH", "SW"), shape)))
+    k = compile_kernel(be.device, ("conv_gemm", mode, tile, shape, has_bias, *key), "conv_gemm",
+                       lambda: (render("conv_gemm.wgsl", **fields), "main",
+                                ("w", "r", "r") + ("r",) * has_bias + more_sig))
     dest = out if chunks == 1 else be.empty((chunks, *out.shape), out.dtype)
     buffers = (dest.storage.gpu, x.storage.gpu, second.storage.gpu)
     be.device.dispatch(k, buffers + ((bias.storage.gpu,) if has_bias else ()) + more,
