@@ -543,3 +543,18 @@ def test_create_is_the_public_way_and_natively_returns_at_once():
     B = asyncio.run(Wgpu.create())
     assert isinstance(B, Wgpu) and B == Wgpu()
     assert asyncio.run(Wgpu.create(memory="exclusive")).memory == "exclusive"
+
+
+def test_a_fused_channel_sum_in_a_gpus_workgroup_chunks(monkeypatch):
+    """Fusion(Wgpu()): BatchNorm's sum of a chain over (N, H, W), in the 4096-element chunks a
+    workgroup that a GPU takes (lavapipe takes 1024 a thread): one fused kernel, then the
+    chunks' sum."""
+    from ember.fusion import Fusion
+    monkeypatch.setattr(B.device.bridge, "is_cpu", False)
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((8, 3, 40, 41)), rng.standard_normal((8, 3, 40, 41))
+    with ember.fusion.trace() as trace:
+        got = (t(x, backend=Fusion(B)) * t(y, backend=Fusion(B))).sum_dim((0, 2, 3)).to_numpy()
+    assert [k.ops for k in trace.kernels] == [("mul", "sum")]
+    np.testing.assert_allclose(got, (x * y).sum((0, 2, 3), keepdims=True), rtol=1e-4,
+                               atol=1e-3)
