@@ -201,13 +201,15 @@ def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
 
 
 @pytest.mark.parametrize("o", [70, 20])
-def test_conv2d_runs_the_chain_after_it_in_its_epilogue(o):
+@pytest.mark.parametrize("kernel", ["gemm", "gemm32x128", "gemm64x128"])
+def test_conv2d_runs_the_chain_after_it_in_its_epilogue(monkeypatch, kernel, o):
     """Fusion(Wgpu()): a conv2d (with or without its bias) and the elementwise ops after it
     (a per-channel scale, a residual of the result's shape, relu) are one kernel, which also
-    writes the conv's own result where the caller keeps it (o: output channels across 64x64
-    tiles, or in the 32x128 tiles of 32 channels or fewer)."""
+    writes the conv's own result where the caller keeps it; on the tile the unfused conv takes
+    (each forced), o output channels across its rows."""
     from ember.fusion import Fusion
     from ember.nn import functional as F
+    monkeypatch.setenv("EMBER_WGPU_CONV", kernel)
     rng = np.random.default_rng(6)
     x, w = rng.standard_normal((2, 3, 9, 7)), rng.standard_normal((o, 3, 3, 3))
     b, s = rng.standard_normal(o), rng.standard_normal((1, o, 1, 1))
@@ -221,6 +223,8 @@ def test_conv2d_runs_the_chain_after_it_in_its_epilogue(o):
         with ember.fusion.trace() as trace:
             got = [out.to_numpy() for out in graph(Fusion(B))]
         assert [k.ops for k in trace.kernels] == [("conv2d", "mul", "add", "relu")]
+        assert any(type(key) is tuple and key[:3] == ("conv_gemm", 0, runners._CONV_TILES[kernel])
+                   and len(key) > 5 for key in B.device.kernels)  # a fused store, on that tile
         for a, want in zip(got, graph(NdArray())):
             np.testing.assert_allclose(a, want.to_numpy(), rtol=1e-4, atol=1e-4)
 

@@ -1063,7 +1063,9 @@ def _conv_epilogue(be, block, producer):
     epilogue = ((block.key(), dtypes), decls, store, tuple(
         p.storage.gpu for p in outs[1:] + leaves), words + _scalar_words(block),
         ("w",) * (len(outs) - 1) + ("r",) * len(leaves))
-    tile = _CONV_TILES["gemm32x128" if w.shape[0] // node.attrs["groups"] <= 32 else "gemm"]
+    choice = _convolve(be, "conv2d", x, w, shape, "float32", shape[1], shape[2], shape[3],
+                       w.shape[2:], node.attrs, bias[0] if bias else None, choose=True)
+    tile = _CONV_TILES.get(choice, _CONV_TILES["gemm"])
     if not _conv_gemm(0, be, outs[0], x, w, shape[1], shape[2], shape[3], w.shape[2:],
                       node.attrs, bias[0] if bias else None, epilogue, tile):
         return None
@@ -1089,8 +1091,10 @@ def _conv_kernels(be):
     return [*_CONV_TILES, "direct"]
 
 
-def _convolve(be, name, x, second, shape, dtype, o, oh, ow, kernel, attrs, bias=None):
-    """One of the three convolutions into a new prim, by the kernel autotune picks."""
+def _convolve(be, name, x, second, shape, dtype, o, oh, ow, kernel, attrs, bias=None,
+              choose=False):
+    """One of the three convolutions into a new prim, by the kernel autotune picks (choose:
+    that kernel's name instead: a fused conv2d takes the tile of the same conv unfused)."""
     mode = _CONV_MODES[name]
 
     def launch(choice):
@@ -1103,8 +1107,8 @@ def _convolve(be, name, x, second, shape, dtype, o, oh, ow, kernel, attrs, bias=
     n, c = x.shape[:2]
     key = (be.device.name, name, bucket(n * oh * ow), bucket(o), bucket(c * kernel[0] * kernel[1]),
            attrs["groups"] > 1)
-    return launch(autotune.choose("wgpu.conv", key, _conv_kernels(be), launch, be.to_numpy,
-                                  be.sync))
+    choice = autotune.choose("wgpu.conv", key, _conv_kernels(be), launch, be.to_numpy, be.sync)
+    return choice if choose else launch(choice)
 
 
 def _conv_runner(name):
