@@ -9,11 +9,10 @@
 //                             gradient), A = g, B = x's window elements; the pixels are split
 //                             into info[19] chunks of info[20], each chunk's sums stored apart
 //                             in out [chunks, O, C/G * KH * KW] (the host sums them then)
-// A workgroup of 256 invocations computes a TM x TN tile of C (64x64; 32x128 where m is
-// short: a conv of 32 output channels; 64x128), WM x 4 a thread (WM = TM * TN / 1024: 4, or 8
-// in two blocks of 4 rows TM / 2 apart), stepping BK=16 along k through two tiles in workgroup
-// memory (12 KiB at most), the next step's elements loaded into registers while this one is
-// multiplied (as matmul_tiled.wgsl). Workgroups: (j tiles, m tiles, groups *
+// A workgroup of 256 invocations computes a TM x TN tile of C (64x64, or 32x128 where m is
+// short: a conv of 32 output channels), 4x4 a thread, stepping BK=16 along k through two tiles
+// in workgroup memory (10 KiB), the next step's elements loaded into registers while this one
+// is multiplied (as matmul_tiled.wgsl). Workgroups: (j tiles, m tiles, groups *
 // chunks). A thread stages PA of A's elements and PB of B's a step.
 //
 // info: conv.wgsl's words [0..18], then [19] chunks [20] pixels a chunk (a multiple of BK),
@@ -31,7 +30,6 @@ const MODE = ${MODE};
 const BK = 16;
 const TM = ${TM};
 const TN = ${TN};
-const WM = TM * TN / 1024;
 const PA = TM / 16;   // A's rows a thread stages: am + 16 * q
 const PB = TN / 16;   // B's elements a thread stages (MODE 0, 1: k rows bk + RB * q)
 const RB = 256 / TN;
@@ -156,10 +154,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     var acc1 = vec4<f32>();
     var acc2 = vec4<f32>();
     var acc3 = vec4<f32>();
-    var accb0 = vec4<f32>();  // WM 8: rows TM / 2 further
-    var accb1 = vec4<f32>();
-    var accb2 = vec4<f32>();
-    var accb3 = vec4<f32>();
     for (var kt = kb; kt < ke; kt += BK) {
         // this step's elements into registers (the first step's; later steps' are loaded
         // before the multiplication below)
@@ -196,26 +190,14 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             acc1 += a.y * b;
             acc2 += a.z * b;
             acc3 += a.w * b;
-            if (WM == 8) {
-                let a2 = tile_a[#k][ty + TM / 8];
-                accb0 += a2.x * b;
-                accb1 += a2.y * b;
-                accb2 += a2.z * b;
-                accb3 += a2.w * b;
-            }
         }
         //! end unroll
         workgroupBarrier();
     }
-    // C's rows m0 + ty * 4 + i (and m0 + TM / 2 + ty * 4 + i), columns j0 + tx * 4 ..
+    // C's rows m0 + ty * 4 + i, columns j0 + tx * 4 ..
     //! unroll i 4
     store_row(g, chunk, m0 + ty * 4 + #i, j0 + tx * 4, acc#i);
     //! end unroll
-    if (WM == 8) {
-        //! unroll i 4
-        store_row(g, chunk, m0 + TM / 2 + ty * 4 + #i, j0 + tx * 4, accb#i);
-        //! end unroll
-    }
 }
 
 // C's row m (of group g, chunk `chunk`), columns j .. j + 3

@@ -1074,14 +1074,15 @@ def _conv_epilogue(be, block, producer):
 
 _CONV_MODES = {"conv2d": 0, "conv_transpose2d": 1, "conv2d_weight": 2}
 # the implicit GEMM's (TM, TN) tiles: 32x128 halves the work of a 64-row tile where m (the
-# output channels a group; conv2d_weight's too) is 32 or fewer; 64x128 computes 8x4 a thread
-_CONV_TILES = {"gemm": (64, 64), "gemm32x128": (32, 128), "gemm64x128": (64, 128)}
+# output channels a group; conv2d_weight's too) is 32 or fewer (H200: conv1 of the ConvNet at
+# batch 256, 83 -> 76 us; a 64x128 tile of 8x4 a thread won nowhere there)
+_CONV_TILES = {"gemm": (64, 64), "gemm32x128": (32, 128)}
 
 
 def _conv_kernels(be):
     """The candidates, the default first: the implicit GEMM's tiles, or conv.wgsl's direct
     kernels (one thread an output element: fewer passes over tiny problems).
-    EMBER_WGPU_CONV=gemm|gemm32x128|gemm64x128|direct forces one (benchmarks, tests)."""
+    EMBER_WGPU_CONV=gemm|gemm32x128|direct forces one (benchmarks, tests)."""
     forced = os.environ.get("EMBER_WGPU_CONV")
     if forced:
         if forced not in (*_CONV_TILES, "direct"):
@@ -1150,9 +1151,8 @@ def _max_pool2d_runner(values):
         _, _, h, w = x.shape
         words = [shape[0] * shape[1], h, w, shape[2], shape[3], *attrs["kernel"],
                  *attrs["stride"], *attrs["padding"], *attrs["dilation"], x.offset]
-        kh, kw = attrs["kernel"]
-        k = compile_kernel(be.device, (name, x.dtype, kh, kw), name, lambda: (render(
-            "pool.wgsl", T=STORAGE[x.dtype], OUT=STORAGE[dtype], KH=kh, KW=kw,
+        k = compile_kernel(be.device, (name, x.dtype), name, lambda: (render(
+            "pool.wgsl", T=STORAGE[x.dtype], OUT=STORAGE[dtype],
             RESULT="best" if values else "best_at",
             NAN="is_nan(v)" if x.dtype == "float32" else "false"), "main", ("w", "r")))
         be.device.dispatch(k, (out.storage.gpu, x.storage.gpu), words, groups_1d(n), be.cache)
