@@ -34,7 +34,9 @@ const PA = TM / 16;   // A's rows a thread stages: am + 16 * q
 const PB = TN / 16;   // B's elements a thread stages (MODE 0, 1: k rows bk + RB * q)
 const RB = 256 / TN;
 // the kernel's size and stride are constants of the kernel (divisions by them are cheap: the
-// gathers' index arithmetic is per element); the channels a group, set once by main
+// gathers' index arithmetic is per element; the ConvNet's conv2 input gradient at batch 128
+// took 0.227 ms with them read from info, 0.124 ms so, on the H200); the channels a group, set
+// once by main
 const KH = ${KH};
 const KW = ${KW};
 const SH = ${SH};
