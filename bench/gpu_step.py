@@ -31,9 +31,10 @@ Measured on the H200 (2026-12-02, `python3 bench/gpu_step.py --profile`, ms per 
 The compiled step's GPU time went from 11.67 to 3.11 ms (sums 4.73 -> 0.36 ms, convolutions
 4.29 -> 0.45 ms); its host encode and submit take 1.08 ms for 167 dispatches.
 
---profile times each dispatch of the compiled training step alone (repeated in one
-submission, less one submission's cost) and prints the sums by kernel, the whole plan's GPU
-time and the host time of encoding and submitting it.
+--profile times each dispatch of the compiled plans (inference and training, jit and fused)
+alone (repeated in one submission, less one submission's cost) and prints the sums by kernel,
+each dispatch, the whole plan's GPU time and the host time of encoding and submitting it, and
+the floor: an empty wait, one tiny kernel queued and waited for.
 """
 
 import statistics
@@ -93,13 +94,33 @@ def measure(fns, rounds, number):
 
 
 def _label(key):
-    """A kernel key's op or family, and its shader or entry where that is a short name."""
+    """A kernel key's op or family, and its shader, entry or mode where that is a short name."""
     key = key if type(key) is tuple else (key,)
     head = str(getattr(key[0], "name", key[0]))
-    return head + (f"/{key[1]}" if len(key) > 1 and type(key[1]) is str else "")
+    if head == "conv_gemm":  # its mode and tile
+        return f"conv_gemm/{key[1]}/{key[2][0]}x{key[2][1]}"
+    return head + (f"/{key[1]}" if len(key) > 1 and type(key[1]) in (str, int) else "")
 
 
-def profile(W, step, call, repeat=20):
+def floor(W):
+    """ms of a wait with nothing queued, and of one tiny kernel submitted and waited for."""
+    bridge = W.device.bridge
+    x = Tensor.from_data(np.ones(4, np.float32), backend=W)
+    W.sync()
+
+    def best(f, n=20):
+        t = []
+        for _ in range(n):
+            start = time.perf_counter()
+            f()
+            t.append(time.perf_counter() - start)
+        return min(t) * 1e3, statistics.median(t) * 1e3
+    wait, tiny = best(bridge.wait), best(lambda: ((x + 1), W.sync()))
+    print(f"# floor: an empty wait {wait[0]:.3f} ms (median {wait[1]:.3f}), one tiny kernel "
+          f"queued and waited for {tiny[0]:.3f} ms (median {tiny[1]:.3f})")
+
+
+def profile(W, call, title, repeat=20, each=False):
     """The compiled plan's dispatches timed one by one (see the module's doc)."""
     device, bridge = W.device, W.device.bridge
     names = {id(k.pipeline): _label(key) for key, k in device.kernels.items()}
@@ -109,6 +130,9 @@ def profile(W, step, call, repeat=20):
                                                  submit(meta, commands))
     call()
     device.submit_plan = submit
+    if not seen:
+        print(f"# profile {title}: no compiled plan was submitted")
+        return
     meta, commands = seen[-1]
 
     def timed(cmds, n=5):
@@ -129,18 +153,23 @@ def profile(W, step, call, repeat=20):
         bridge.submit(meta, commands)
         host.append((time.perf_counter() - start) * 1e3)
     W.sync()
-    by = {}
+    by, rows = {}, []
     for c in commands:
         one, many = timed([c]), timed([c] * (repeat + 1))
         name = names.get(id(c[0]), "?")
-        count, ms = by.get(name, (0, 0.0))
-        by[name] = (count + 1, ms + max(0.0, many - one) / repeat)
+        ms = max(0.0, many - one) / repeat
+        count, total = by.get(name, (0, 0.0))
+        by[name] = (count + 1, total + ms)
+        rows.append((name, c[3], ms))
     total = sum(ms for _, ms in by.values())
-    print(f"# profile: whole plan {whole:.3f} ms GPU+submit, encode+submit on the host "
-          f"{statistics.median(host):.3f} ms, {len(commands)} dispatches; sum of dispatches "
-          f"alone {total:.3f} ms")
+    print(f"# profile {title}: whole plan {whole:.3f} ms GPU+submit+wait, encode+submit on the "
+          f"host {statistics.median(host):.3f} ms, {len(commands)} dispatches; sum of "
+          f"dispatches alone {total:.3f} ms")
     for name, (count, ms) in sorted(by.items(), key=lambda kv: -kv[1][1]):
         print(f"#   {name:40s} {count:4d} x  {ms:8.3f} ms  {100 * ms / total:5.1f}%")
+    if each:
+        for i, (name, groups, ms) in enumerate(rows):
+            print(f"#     {i:3d} {name:40s} {str(tuple(groups)):18s} {ms:8.4f} ms")
 
 
 def main(quick=False, batches=(128, 1, 256), profiling=False):
@@ -199,6 +228,9 @@ def main(quick=False, batches=(128, 1, 256), profiling=False):
                      "fused": lambda fx=fx: (fused(fx), FW.sync()), "torch": torch_infer},
                     rounds, number * (5 if batch == 1 else 1))
         rows.append((f"inference batch {batch}", t))
+        if profiling:
+            profile(W, lambda ex=ex: fast(ex), f"inference batch {batch}, jit", each=True)
+            profile(W, lambda fx=fx: fused(fx), f"inference batch {batch}, fused", each=True)
 
     # ---- the training step ------------------------------------------------------------------
     batch = batches[0]
@@ -275,8 +307,12 @@ def main(quick=False, batches=(128, 1, 256), profiling=False):
           f"{after['reads'] - before['reads']} reads; loss after the runs {loss:.4f}; "
           f"6 steps eager vs jit from one seed: losses differ by at most {same:.3g} "
           f"(fused: {same_fused:.3g})")
-    if profiling and runner is not None:
-        profile(W, states["jit"]["step"], lambda: ember_step(states, "jit"))
+    if profiling:
+        floor(W)
+        profile(W, lambda: ember_step(states, "jit"), f"train step batch {batch}, jit",
+                each=True)
+        profile(W, lambda: ember_step(states, "fused"), f"train step batch {batch}, fused",
+                each=True)
 
 
 if __name__ == "__main__":

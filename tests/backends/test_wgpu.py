@@ -165,11 +165,12 @@ def test_every_matmul_kernel_on_edges_batches_and_views(monkeypatch, kernel):
                                atol=1e-4)
 
 
-@pytest.mark.parametrize("kernel", ["gemm", "direct"])
+@pytest.mark.parametrize("kernel", ["gemm", "gemm32x128", "direct"])
 def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
     """conv2d (with a bias), conv_transpose2d and conv2d_weight, each kernel forced: channels
-    across conv_gemm.wgsl's 64x64 tiles and its BK=16 steps, strides, dilations, groups,
-    asymmetric padding, and weight gradients over enough pixels to run in chunks."""
+    across conv_gemm.wgsl's 64x64 and 32x128 tiles and its BK=16 steps, strides,
+    dilations, groups, asymmetric padding, and weight gradients over enough pixels to run in
+    chunks."""
     from ember.ops import OPS
     monkeypatch.setenv("EMBER_WGPU_CONV", kernel)
     rng = np.random.default_rng(5)
@@ -199,16 +200,20 @@ def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
             np.testing.assert_allclose(B.to_numpy(got), want, rtol=1e-4, atol=1e-4)
 
 
-def test_conv2d_runs_the_chain_after_it_in_its_epilogue():
+@pytest.mark.parametrize("o", [70, 20])
+@pytest.mark.parametrize("kernel", ["gemm", "gemm32x128"])
+def test_conv2d_runs_the_chain_after_it_in_its_epilogue(monkeypatch, kernel, o):
     """Fusion(Wgpu()): a conv2d (with or without its bias) and the elementwise ops after it
     (a per-channel scale, a residual of the result's shape, relu) are one kernel, which also
-    writes the conv's own result where the caller keeps it."""
+    writes the conv's own result where the caller keeps it; on the tile the unfused conv takes
+    (each forced), o output channels across its rows."""
     from ember.fusion import Fusion
     from ember.nn import functional as F
+    monkeypatch.setenv("EMBER_WGPU_CONV", kernel)
     rng = np.random.default_rng(6)
-    x, w = rng.standard_normal((2, 3, 9, 7)), rng.standard_normal((70, 3, 3, 3))
-    b, s = rng.standard_normal(70), rng.standard_normal((1, 70, 1, 1))
-    r = rng.standard_normal((2, 70, 5, 4))
+    x, w = rng.standard_normal((2, 3, 9, 7)), rng.standard_normal((o, 3, 3, 3))
+    b, s = rng.standard_normal(o), rng.standard_normal((1, o, 1, 1))
+    r = rng.standard_normal((2, o, 5, 4))
     for bias in (b, None):
         def graph(be, bias=bias):
             X, Wt, S, R = (t(a, backend=be) for a in (x, w, s, r))
@@ -218,6 +223,8 @@ def test_conv2d_runs_the_chain_after_it_in_its_epilogue():
         with ember.fusion.trace() as trace:
             got = [out.to_numpy() for out in graph(Fusion(B))]
         assert [k.ops for k in trace.kernels] == [("conv2d", "mul", "add", "relu")]
+        assert any(type(key) is tuple and key[:3] == ("conv_gemm", 0, runners._CONV_TILES[kernel])
+                   and len(key) > 5 for key in B.device.kernels)  # a fused store, on that tile
         for a, want in zip(got, graph(NdArray())):
             np.testing.assert_allclose(a, want.to_numpy(), rtol=1e-4, atol=1e-4)
 
@@ -541,3 +548,18 @@ def test_create_is_the_public_way_and_natively_returns_at_once():
     B = asyncio.run(Wgpu.create())
     assert isinstance(B, Wgpu) and B == Wgpu()
     assert asyncio.run(Wgpu.create(memory="exclusive")).memory == "exclusive"
+
+
+def test_a_fused_channel_sum_in_a_gpus_workgroup_chunks(monkeypatch):
+    """Fusion(Wgpu()): BatchNorm's sum of a chain over (N, H, W), in the 4096-element chunks a
+    workgroup that a GPU takes (lavapipe takes 1024 a thread): one fused kernel, then the
+    chunks' sum."""
+    from ember.fusion import Fusion
+    monkeypatch.setattr(B.device.bridge, "is_cpu", False)
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((8, 3, 40, 41)), rng.standard_normal((8, 3, 40, 41))
+    with ember.fusion.trace() as trace:
+        got = (t(x, backend=Fusion(B)) * t(y, backend=Fusion(B))).sum_dim((0, 2, 3)).to_numpy()
+    assert [k.ops for k in trace.kernels] == [("mul", "sum")]
+    np.testing.assert_allclose(got, (x * y).sum((0, 2, 3), keepdims=True), rtol=1e-4,
+                               atol=1e-3)

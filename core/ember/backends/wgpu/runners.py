@@ -613,13 +613,17 @@ def fused_reduce(be, block, op, attrs, shape, dtype):
     kshape, kstr = coalesce([xshape[d] for d in kept], [[st[d] for d in kept] for st in strides])
     rshape, rstr = coalesce([xshape[d] for d in red], [[st[d] for d in red] for st in strides])
     by_value = REDUCERS[name][3] == "a.v"
-    chunks = max(1, min(256, n_red // 1024)) if by_value and n_out < 256 else 1
+    cpu = be.device.bridge.is_cpu
+    # a GPU's chunks are a workgroup's, as _reduce_candidates' default (BatchNorm's sums over
+    # [128, 32, 28, 28] took 0.5 ms each in 1024-element chunks a thread, 13 workgroups, on the
+    # H200: 3 of the fused training step's 4.6 ms)
+    per = 1024 if cpu else 4096
+    chunks = max(1, min(256, n_red // per)) if by_value and n_out < 256 else 1
     chunk = -(-n_red // chunks)
     chunks = -(-n_red // chunk)
     out = be.empty(shape, dtype)
     first = be.empty((n_out, chunks), x_dtype) if chunks > 1 else out
     n = n_out * chunks
-    cpu = be.device.bridge.is_cpu
     # (lavapipe stops a loop after 32767 iterations: a longer one per invocation is wrong there)
     per_group = n < 64 or chunk > 32767 if cpu else chunk >= 2048 or (chunk > 64 and n < 1024)
     entry = "per_group" if per_group else "per_thread"
@@ -1044,18 +1048,21 @@ def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs, bia
     return out
 
 
-def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, epilogue=None):
+def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, epilogue=None,
+               tile=(64, 64)):
     """conv_gemm.wgsl's implicit GEMM (MODE 0 conv2d, 1 conv_transpose2d, 2 conv2d_weight)
-    into out. conv2d_weight's sums over N*OH*OW run in chunks (enough workgroups to fill a
-    GPU: its C is only O x C/G*KH*KW), added up by a sum's kernel. `epilogue`: conv2d's
-    fused store (_conv_epilogue: key, its DECLS and STORE, buffers, words, signature). False
-    where the workgroup counts pass WebGPU's 65535 (conv.wgsl then)."""
+    into out, on (m, j) tiles of `tile` (TM x TN, _CONV_TILES). conv2d_weight's sums over
+    N*OH*OW run in chunks (enough workgroups to fill a GPU: its C is only O x C/G*KH*KW), added
+    up by a sum's kernel. `epilogue`: conv2d's fused store (_conv_epilogue: key, its DECLS and
+    STORE, buffers, words, signature). False where the workgroup counts pass WebGPU's 65535
+    (conv.wgsl then)."""
     (top, _), (left, _) = attrs["padding"]
     groups = attrs["groups"]
     n, c = x.shape[:2]
     pixels, depth = n * oh * ow, (c // groups) * kernel[0] * kernel[1]
     cols, chunks, chunk = (depth, 1, 0) if mode == 2 else (pixels, 1, 0)
-    tiles = (-(-cols // 64), -(-(o // groups) // 64))
+    tm, tn = tile
+    tiles = (-(-cols // tn), -(-(o // groups) // tm))
     if mode == 2:  # chunks of at least 256 pixels (a multiple of the kernel's step, 16)
         want = (32 if be.device.bridge.is_cpu else 512) // (tiles[0] * tiles[1] * groups)
         chunks = max(1, min(want, pixels // 256))
@@ -1068,10 +1075,12 @@ def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, ep
     has_bias = bias is not None
     key, decls, store, more, more_words, more_sig = epilogue or (
         (), *kernels.conv_store_source(None, (), (), 0, has_bias), (), [], ())
-    fields = dict(MODE=mode, DECLS=decls, STORE=store)
-    k = compile_kernel(be.device, ("conv_gemm", mode, has_bias, *key), "conv_gemm", lambda: (
-        render("conv_gemm.wgsl", **fields), "main",
-        ("w", "r", "r") + ("r",) * has_bias + more_sig))
+    shape = (*kernel, *attrs["stride"])  # constants of the kernel, as its tile
+    fields = dict(MODE=mode, DECLS=decls, STORE=store, TM=tm, TN=tn, TM4=tm // 4, TN4=tn // 4,
+                  **dict(zip(("KH", "KW", "SH", "SW"), shape)))
+    k = compile_kernel(be.device, ("conv_gemm", mode, tile, shape, has_bias, *key), "conv_gemm",
+                       lambda: (render("conv_gemm.wgsl", **fields), "main",
+                                ("w", "r", "r") + ("r",) * has_bias + more_sig))
     dest = out if chunks == 1 else be.empty((chunks, *out.shape), out.dtype)
     buffers = (dest.storage.gpu, x.storage.gpu, second.storage.gpu)
     be.device.dispatch(k, buffers + ((bias.storage.gpu,) if has_bias else ()) + more,
@@ -1106,43 +1115,53 @@ def _conv_epilogue(be, block, producer):
     epilogue = ((block.key(), dtypes), decls, store, tuple(
         p.storage.gpu for p in outs[1:] + leaves), words + _scalar_words(block),
         ("w",) * (len(outs) - 1) + ("r",) * len(leaves))
+    choice = _convolve(be, "conv2d", x, w, shape, "float32", shape[1], shape[2], shape[3],
+                       w.shape[2:], node.attrs, bias[0] if bias else None, choose=True)
+    tile = _CONV_TILES.get(choice, _CONV_TILES["gemm"])
     if not _conv_gemm(0, be, outs[0], x, w, shape[1], shape[2], shape[3], w.shape[2:],
-                      node.attrs, bias[0] if bias else None, epilogue):
+                      node.attrs, bias[0] if bias else None, epilogue, tile):
         return None
     return outs
 
 
 _CONV_MODES = {"conv2d": 0, "conv_transpose2d": 1, "conv2d_weight": 2}
+# the implicit GEMM's (TM, TN) tiles: 32x128 halves the work of a 64-row tile where m (the
+# output channels a group; conv2d_weight's too) is 32 or fewer (H200: conv1 of the ConvNet at
+# batch 256, 83 -> 76 us; a 64x128 tile of 8x4 a thread won nowhere there)
+_CONV_TILES = {"gemm": (64, 64), "gemm32x128": (32, 128)}
 
 
 def _conv_kernels(be):
-    """The candidates, the default first: the implicit GEMM, or conv.wgsl's direct kernels
-    (one thread an output element: fewer passes over tiny problems). EMBER_WGPU_CONV=gemm|
-    direct forces one (benchmarks, tests)."""
+    """The candidates, the default first: the implicit GEMM's tiles, or conv.wgsl's direct
+    kernels (one thread an output element: fewer passes over tiny problems).
+    EMBER_WGPU_CONV=gemm|gemm32x128|direct forces one (benchmarks, tests)."""
     forced = os.environ.get("EMBER_WGPU_CONV")
     if forced:
-        if forced not in ("gemm", "direct"):
-            raise ValueError(f"EMBER_WGPU_CONV={forced!r}: expected gemm or direct")
+        if forced not in (*_CONV_TILES, "direct"):
+            raise ValueError(f"EMBER_WGPU_CONV={forced!r}: expected "
+                             f"{', '.join(_CONV_TILES)} or direct")
         return [forced]
-    return ["gemm", "direct"]
+    return [*_CONV_TILES, "direct"]
 
 
-def _convolve(be, name, x, second, shape, dtype, o, oh, ow, kernel, attrs, bias=None):
-    """One of the three convolutions into a new prim, by the kernel autotune picks."""
+def _convolve(be, name, x, second, shape, dtype, o, oh, ow, kernel, attrs, bias=None,
+              choose=False):
+    """One of the three convolutions into a new prim, by the kernel autotune picks (choose:
+    that kernel's name instead: a fused conv2d takes the tile of the same conv unfused)."""
     mode = _CONV_MODES[name]
 
     def launch(choice):
         out = be.empty(shape, dtype)
         if choice == "direct" or not _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel,
-                                                attrs, bias):
+                                                attrs, bias, tile=_CONV_TILES[choice]):
             groups = groups_1d(numel(shape), 1) if mode == 2 else groups_1d(numel(shape))
             _conv(name, be, out, x, second, groups, o, oh, ow, kernel, attrs, bias)
         return out
     n, c = x.shape[:2]
     key = (be.device.name, name, bucket(n * oh * ow), bucket(o), bucket(c * kernel[0] * kernel[1]),
            attrs["groups"] > 1)
-    return launch(autotune.choose("wgpu.conv", key, _conv_kernels(be), launch, be.to_numpy,
-                                  be.sync))
+    choice = autotune.choose("wgpu.conv", key, _conv_kernels(be), launch, be.to_numpy, be.sync)
+    return choice if choose else launch(choice)
 
 
 def _conv_runner(name):
