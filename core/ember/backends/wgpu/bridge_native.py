@@ -6,7 +6,8 @@ one); `EMBER_WGPU_ADAPTER=<text>` picks the first adapter whose description cont
 mesa-vulkan-drivers`) runs the same kernels on the CPU.
 
 wgpu-py 0.32: `queue.on_submitted_work_done_sync()` raises a cffi TypeError (upstream issue
-834); waiting is done by reading a few bytes back (`queue.read_buffer` waits correctly).
+834); waiting is wgpu-native's wgpuDevicePoll (1.3 us on an H200 where reading a few bytes
+back, the fallback without the raw entry points, took 154 us).
 """
 
 import os
