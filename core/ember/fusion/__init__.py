@@ -115,18 +115,22 @@ class Block:
     node or leaf of the block's shape, or a producer (matmul) of the block's shape whose
     inputs are leaves."""
 
-    __slots__ = ("nodes", "leaves", "outputs", "shape")
+    __slots__ = ("nodes", "leaves", "outputs", "shape", "_key")
 
     def __init__(self, nodes, leaves, outputs, shape):
         self.nodes, self.leaves, self.outputs, self.shape = nodes, leaves, outputs, shape
+        self._key = None
 
     def key(self):
         """What a generated kernel depends on: the ops, their attrs and wiring, the dtypes, and
-        which operands are scalars (never their values, nor shapes)."""
-        wiring = tuple((n.op, tuple(sorted(n.attrs.items())) if n.attrs else (),
-                        tuple(i if type(i) is tuple else type(i) for i in n.inputs), n.dtype)
-                       for n in self.nodes)
-        return wiring, tuple(self.outputs)
+        which operands are scalars (never their values, nor shapes). Computed once a block
+        (a backend asks for it several times a call)."""
+        if self._key is None:
+            wiring = tuple((n.op, tuple(sorted(n.attrs.items())) if n.attrs else (),
+                            tuple(i if type(i) is tuple else type(i) for i in n.inputs),
+                            n.dtype) for n in self.nodes)
+            self._key = wiring, tuple(self.outputs)
+        return self._key
 
     def names(self):
         return [n.op.name for n in self.nodes]
@@ -253,16 +257,17 @@ class Fusion(Backend):
     # ---- queueing and realizing ------------------------------------------------------------
     def _queue(self, op, inputs, attrs, shape, dtype):
         leaves, ops = _reach(inputs)
-        pending = [x for x in inputs if type(x) is Lazy and x.node is not None]
-        # too long, or too many buffers for one kernel (its leaves and one output): realize
-        # the longest pending inputs first, each then read as one buffer
-        while pending and (ops > self.max_ops or len(leaves) + 1 > self.max_buffers):
-            x = max(pending, key=lambda p: (len(p.leaves), p.ops))
-            pending.remove(x)
-            self.realize(x)
-            leaves, ops = _reach(inputs)
-        node = OpRecord(op, tuple(inputs), attrs, shape, dtype)
-        lazy = Lazy(shape, dtype, node=node, leaves=leaves, ops=ops)
+        if ops > self.max_ops or len(leaves) >= self.max_buffers:
+            # too long, or too many buffers for one kernel (its leaves and one output): realize
+            # the longest pending inputs first, each then read as one buffer
+            pending = [x for x in inputs if type(x) is Lazy and x.node is not None]
+            while pending and (ops > self.max_ops or len(leaves) + 1 > self.max_buffers):
+                x = max(pending, key=lambda p: (len(p.leaves), p.ops))
+                pending.remove(x)
+                self.realize(x)
+                leaves, ops = _reach(inputs)
+        lazy = Lazy(shape, dtype, None, OpRecord(op, tuple(inputs), attrs, shape, dtype), leaves,
+                    ops)
         with self._lock:
             if len(self._pending) >= 4096:  # (forget those realized or gone meanwhile)
                 self._pending = [r for r in self._pending if (p := r()) is not None
@@ -368,24 +373,30 @@ class Fusion(Backend):
                 self.realize(x)
             del order, outputs, todo, x  # (their references would count as outside ones)
         index = {id(x): j for j, x in enumerate(order)}
-        leaves, leaf_index = [], {}
-        nodes = []
-        for x in order:
-            ins = []
-            for i in x.node.inputs:
+        leaves, leaf_index, nodes, wiring = [], {}, [], []
+        for x in order:  # (the key is built on the way: Block.key's walk, once)
+            n = x.node
+            ins, scalars = [], False
+            for i in n.inputs:
                 if type(i) is not Lazy:
-                    ins.append(i)
+                    scalars = True
                 elif i.node is None:
                     k = leaf_index.get(id(i))
                     if k is None:
                         k = leaf_index[id(i)] = len(leaves)
                         leaves.append(i.value)
-                    ins.append(("leaf", k))
+                    i = ("leaf", k)
                 else:
-                    ins.append(("node", index[id(i)]))
-            n = x.node
-            nodes.append(OpRecord(n.op, tuple(ins), n.attrs, n.shape, n.dtype))
-        return Block(nodes, leaves, [index[id(x)] for x in outputs], span), outputs
+                    i = ("node", index[id(i)])
+                ins.append(i)
+            ins = tuple(ins)
+            nodes.append(OpRecord(n.op, ins, n.attrs, n.shape, n.dtype))
+            wiring.append((n.op, tuple(sorted(n.attrs.items())) if n.attrs else (), tuple(
+                i if type(i) is tuple else type(i) for i in ins) if scalars else ins, n.dtype))
+        outputs_at = [index[id(x)] for x in outputs]
+        block = Block(nodes, leaves, outputs_at, span)
+        block._key = tuple(wiring), tuple(outputs_at)
+        return block, outputs
 
 
 def _reach(inputs):
@@ -411,20 +422,22 @@ def _special(root):
 def _chain(root):
     """The pending Lazies root's chain holds, inputs before their users, and how often the
     chain's nodes read each Lazy (by id)."""
-    order, uses, seen = [], {}, set()
-    stack = [(root, False)]
-    while stack:
-        x, expanded = stack.pop()
-        if expanded:
-            order.append(x)
-            continue
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        stack.append((x, True))
-        for i in x.node.inputs:
-            if type(i) is Lazy:
-                uses[id(i)] = uses.get(id(i), 0) + 1
-                if i.node is not None and id(i) not in seen:
-                    stack.append((i, False))
+    order, uses = [], {}
+    _visit(root, order, uses)
     return order, uses
+
+
+def _visit(x, order, uses):
+    # (depth-first, the last input's subchain first; chains are at most max_ops deep. Not a
+    # closure: a recursive one is a reference cycle that would keep `order`, and so the
+    # Lazies' reference counts that _plan reads, alive until a garbage collection)
+    for i in reversed(x.node.inputs):
+        if type(i) is Lazy:
+            k = id(i)
+            if k in uses:
+                uses[k] += 1
+            else:
+                uses[k] = 1
+                if i.node is not None:
+                    _visit(i, order, uses)
+    order.append(x)

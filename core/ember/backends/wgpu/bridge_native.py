@@ -6,7 +6,8 @@ one); `EMBER_WGPU_ADAPTER=<text>` picks the first adapter whose description cont
 mesa-vulkan-drivers`) runs the same kernels on the CPU.
 
 wgpu-py 0.32: `queue.on_submitted_work_done_sync()` raises a cffi TypeError (upstream issue
-834); waiting is done by reading a few bytes back (`queue.read_buffer` waits correctly).
+834); waiting is wgpu-native's wgpuDevicePoll (1.3 us on an H200 where reading a few bytes
+back, the fallback without the raw entry points, took 154 us).
 """
 
 import os
@@ -18,9 +19,10 @@ from .bridge import META_BLOCK, Bridge
 _BIND_GROUP_CACHE = 4096
 
 try:  # wgpu-native's raw entry points (pinned wgpu-py 0.32); the public API otherwise
+    from wgpu.backends.wgpu_native._api import libf as _libf
     from wgpu.backends.wgpu_native._ffi import ffi as _ffi
     from wgpu.backends.wgpu_native._ffi import lib as _lib
-    _RAW = (_ffi, _lib)
+    _RAW = (_ffi, _lib, _libf)
 except Exception:  # pragma: no cover
     _RAW = None
 
@@ -126,7 +128,10 @@ class NativeBridge(Bridge):
         return data
 
     def wait(self):
-        self.queue.read_buffer(self._probe, 0, 4)
+        if _RAW is not None:  # blocks until the last submission is done: no read-back
+            _RAW[2].wgpuDevicePoll(self.device._internal, True, _RAW[0].NULL)
+        else:
+            self.queue.read_buffer(self._probe, 0, 4)
 
     # ---- pipelines -------------------------------------------------------------------------
     def _layout(self, signature):
@@ -155,6 +160,7 @@ class NativeBridge(Bridge):
             return
         size = max(nbytes, 2 * (self._meta_buffer.size if self._meta_buffer else 0))
         self._meta_buffer = self.device.create_buffer(size=size, usage=self._usage)
+        self._meta_written = None  # what the meta buffer holds (a submit may skip its write)
         self._meta_group = self.device.create_bind_group(layout=self._meta_layout, entries=[
             {"binding": 0, "resource": {"buffer": self._meta_buffer, "offset": 0,
                                         "size": META_BLOCK}}])
@@ -184,35 +190,63 @@ class NativeBridge(Bridge):
 
     def submit(self, meta, commands):
         self._ensure_meta(len(meta))
+        if _RAW is not None:
+            return self._submit_raw(meta, commands)
         self.queue.write_buffer(self._meta_buffer, 0, meta)
         encoder = self.device.create_command_encoder()
         compute = encoder.begin_compute_pass()
-        if _RAW is not None:
-            self._record_raw(compute, commands)
-        else:
-            meta_group, last = self._meta_group, None
-            for pipeline, buffers, offset, groups, cache in commands:
-                if pipeline is not last:
-                    compute.set_pipeline(pipeline.handle)
-                    last = pipeline
-                compute.set_bind_group(0, meta_group, (offset,))
-                compute.set_bind_group(1, self._bind_group(pipeline, buffers, cache)[0])
-                compute.dispatch_workgroups(*groups)
+        meta_group, last = self._meta_group, None
+        for pipeline, buffers, offset, groups, cache in commands:
+            if pipeline is not last:
+                compute.set_pipeline(pipeline.handle)
+                last = pipeline
+            compute.set_bind_group(0, meta_group, (offset,))
+            compute.set_bind_group(1, self._bind_group(pipeline, buffers, cache)[0])
+            compute.dispatch_workgroups(*groups)
         compute.end()
         self.queue.submit([encoder.finish()])
+
+    def _submit_raw(self, meta, commands):
+        # the same calls through wgpu-native's entry points, without wgpu-py's descriptor
+        # structs and wrapper objects (tens of microseconds a submission). The calls that can
+        # fail go through `libf`, wgpu-py's error capture, so errors still raise; the meta
+        # write is skipped when the buffer holds these bytes already (a replayed plan, a
+        # kernel called again with the same shapes): no staging copy before the pass
+        ffi, lib, libf = _RAW
+        meta = bytes(meta)
+        if meta != self._meta_written:
+            libf.wgpuQueueWriteBuffer(self.queue._internal, self._meta_buffer._internal, 0,
+                                      ffi.from_buffer("uint8_t[]", meta), len(meta))
+            self._meta_written = meta
+        encoder = libf.wgpuDeviceCreateCommandEncoder(self.device._internal, ffi.NULL)
+        try:
+            compute = libf.wgpuCommandEncoderBeginComputePass(encoder, ffi.NULL)
+            try:
+                groups_used = self._record_raw(compute, commands)
+                libf.wgpuComputePassEncoderEnd(compute)
+            finally:
+                lib.wgpuComputePassEncoderRelease(compute)
+            done = libf.wgpuCommandEncoderFinish(encoder, ffi.NULL)
+        finally:
+            lib.wgpuCommandEncoderRelease(encoder)
+        try:
+            libf.wgpuQueueSubmit(self.queue._internal, 1, ffi.new("WGPUCommandBuffer[1]", [done]))
+        finally:
+            lib.wgpuCommandBufferRelease(done)
+        del groups_used
 
     def _record_raw(self, compute, commands):
         # wgpu-py wraps every native call in Python error capture (~15 us a call, three calls a
         # dispatch); recording calls report their errors through the encoder, which finish()
         # raises, so the hot loop calls wgpu-native directly, with the handles looked up once
         # (a pipeline's at its creation, a bind group's with the group: ~1 us a dispatch less)
-        ffi, lib = _RAW
+        ffi, lib, _ = _RAW
         offsets = ffi.new("uint32_t[]", [c[2] for c in commands])
         set_pipeline = lib.wgpuComputePassEncoderSetPipeline
         set_group = lib.wgpuComputePassEncoderSetBindGroup
         dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
         bind_group, null = self._bind_group, ffi.NULL
-        encoder = compute._internal
+        encoder = compute
         meta_group = self._meta_group._internal
         groups_used, last = [], None  # keeps the bind groups alive until the submission
         for k, (pipeline, buffers, _, groups, cache) in enumerate(commands):
@@ -224,3 +258,4 @@ class NativeBridge(Bridge):
             groups_used.append(group)
             set_group(encoder, 1, group[1], 0, null)
             dispatch(encoder, *groups)
+        return groups_used

@@ -141,14 +141,21 @@ def elementwise(be, op, inputs, attrs, shape, dtype):
 def _scalar_words(block):
     """The `info` words of a fusion Block's Python scalars, in node order, each in the dtype
     of its node's first tensor operand (as the generated kernel reads them)."""
-    words = []
-    for node in block.nodes:
-        scalars = [i for i in node.inputs if type(i) is not tuple]
-        if scalars:
-            k, t = next(i for i in node.inputs if type(i) is tuple)
-            typed = block.leaves[t].dtype if k == "leaf" else block.nodes[t].dtype
-            words += [_bits(v, typed) for v in scalars]
-    return words
+    spots = _SCALAR_SPOTS.get(block.key())
+    if spots is None:  # where the scalars are depends on the key only: found once
+        spots = []
+        for j, node in enumerate(block.nodes):
+            typing = next((i for i in node.inputs if type(i) is tuple), None)
+            spots += [(j, p, typing) for p, i in enumerate(node.inputs) if type(i) is not tuple]
+        if len(_SCALAR_SPOTS) >= 4096:
+            _SCALAR_SPOTS.clear()
+        spots = _SCALAR_SPOTS[block.key()] = tuple(spots)
+    nodes, leaves = block.nodes, block.leaves
+    return [_bits(nodes[j].inputs[p], (leaves if k == "leaf" else nodes)[t].dtype)
+            for j, p, (k, t) in spots]
+
+
+_SCALAR_SPOTS = {}  # Block.key() -> (node, input, the operand whose dtype types it), a scalar
 
 
 def fusable(op):
