@@ -437,6 +437,21 @@ def test_the_epilogue_falls_back_where_the_product_cannot_take_it():
     assert len(kernels) == 1, kernels
 
 
+def test_a_few_tiles_over_a_long_k_leave_the_epilogue_to_its_own_kernel(monkeypatch):
+    """On a GPU, a product of a handful of output tiles over k >= 1024 runs plain (its
+    candidates split k) and the rest of the chain as one elementwise kernel; with a shorter k,
+    or more tiles, the chain stays in the product's epilogue."""
+    monkeypatch.setenv("EMBER_WGPU_MATMUL", "tiled")
+    B = Fusion(_wgpu())
+    monkeypatch.setattr(B.inner.device.bridge, "is_cpu", False)
+    for k, want in ((1024, [("matmul",), ("add", "relu")]), (1020, [("matmul", "add", "relu")])):
+        x, w, b = _rand((8, k)), _rand((k, 16), 1), _rand((16,), 2)
+        tx, tw, tb = _t(x, B), _t(w, B), _t(b, B)
+        got, kernels, _ = _counted(lambda tx=tx, tw=tw, tb=tb: (tx @ tw + tb).relu())
+        np.testing.assert_allclose(got, np.maximum(x @ w + b, 0), rtol=1e-4, atol=1e-3)
+        assert kernels == want, (k, kernels)
+
+
 # ---- Wgpu: row kernels --------------------------------------------------------------------------
 def test_row_kernels_keep_nan_and_int_sums_and_write_held_statistics():
     B = Fusion(_wgpu())

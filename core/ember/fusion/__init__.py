@@ -298,16 +298,25 @@ class Fusion(Backend):
                 launched(block.names())
                 break
             # inner cannot run this block's reductions or producer in one kernel (too many
-            # buffers, reductions of other dims): root's longest input that holds one runs
-            # first (on its own, as a block where inner can), else the first of them
-            held = [x for x in root.node.inputs if type(x) is Lazy and x.node is not None
-                    and _special(x) is not None]
-            if not held and _special(root) is None:  # a plain chain inner refuses: op by op
+            # buffers, reductions of other dims, a product that runs better alone): a producer
+            # runs first on its own and the chain after it as one block; for reductions,
+            # root's longest input that holds one runs first (as a block where inner can),
+            # else the first of them
+            first = _special(root)
+            if first is None:  # a plain chain inner refuses: op by op
                 prims = run_block(self.inner, block)
                 break
             del block, outputs
-            self.realize(max(held, key=lambda x: x.ops) if held else _special(root))
+            if first.node.op.kind != REDUCE:
+                self.realize(first)
+                continue
+            held = [x for x in root.node.inputs if type(x) is Lazy and x.node is not None
+                    and _special(x) is not None]
+            if held:  # (no local name may hold a pending Lazy of the chain: _plan counts them)
+                first = max(held, key=lambda x: x.ops)
             del held
+            self.realize(first)
+            del first
         for x, prim in zip(outputs, prims):
             x.value, x.node, x.leaves, x.ops = prim, None, (), 0
 
