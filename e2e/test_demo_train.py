@@ -33,14 +33,15 @@ def _step(page):
 def _train_until(page, steps):
     page.wait_for_function("() => { const s = document.querySelector('#status'); return "
                            "s.textContent.startsWith('error') || +(s.dataset.step || 0) >= "
-                           f"{steps}; }}", timeout=600_000)
+                           f"{steps}; }}", timeout=600_000, polling=500)  # (not each frame)
     assert not page.text_content("#status").startswith("error"), page.log.console_errors
 
 
 def _stop(page):
     page.click("#stop")
     page.wait_for_function("() => ['stopped', 'done'].includes("
-                           "document.querySelector('#status').textContent)", timeout=600_000)
+                           "document.querySelector('#status').textContent)", timeout=600_000,
+                           polling=500)
     page.wait_for_function("() => document.querySelector('#download')"
                            ".getAttribute('aria-disabled') === 'false'", timeout=300_000)
 
