@@ -2,7 +2,9 @@
 once (the service worker precaches the site then), the server is shut down, and each page
 loads from the cache and does its work: the playground runs Python, the drawing page predicts a
 sample, the image page classifies one, the training page trains a few steps on cpu (its MNIST
-digits come from the cache) and stops, the browser-training example reaches ready. Only
+digits come from the cache) and stops, the browser-training example reaches ready, a book
+page opens. (Not yet: the PyScript page, whose runtime under /pyscript/ the service worker
+does not precache.) Only
 127.0.0.1 is ever asked. (e2e/test_offline.py: a new build replaces the cache, COOP/COEP.)"""
 
 from urllib.parse import urlparse
@@ -71,6 +73,9 @@ def test_every_page_works_offline_after_one_visit(browser, site_dir):
         assert int(pg.get_attribute("#chart", "data-points")) >= 3
 
         _open(pg, "examples/browser-training/")
+
+        pg.goto(pg.base + "book/tensors/")
+        assert pg.title().startswith("Tensors")
     finally:
         context.close()
         srv.shutdown()  # (a no-op where the test stopped it)
