@@ -19,8 +19,8 @@ const $ = (id) => document.getElementById(id);
 const VALID = 512;  // test digits to validate on
 // The ConvNet trained (its channels and hidden width) and the batch, per backend. "small": a
 // quarter of "standard"'s channels at an eighth of its batch, for an emulated GPU (measured in
-// headless Chromium's SwiftShader on 2 cores: "standard" 2.8 s a step recorded, "small"
-// 0.5-1 s).
+// headless Chromium's SwiftShader on 2 busy cores: "standard" 2.8 s a recorded step, "small"
+// 0.44 s in a bare loop and 0.7-1.1 s in this page; the first step compiles for ~27 s).
 const VARIANTS = {
   standard: { channels: [8, 16], hidden: 64, batch: 64 },
   small: { channels: [4, 8], hidden: 32, batch: 8 },
@@ -259,6 +259,11 @@ start.addEventListener("click", async () => {
       variant = v;
     }
     setStatus("training");
+    if (!curves.loss.length) {  // nothing drawn yet: say why the first step takes a while
+      $("speed").textContent = select.value === "webgpu"
+        ? "the first steps compile the GPU kernels (tens of seconds where the GPU is emulated)"
+        : "the first step…";
+    }
     stop.disabled = !(await ember).worker || !globalThis.crossOriginIsolated;
     const { out } = await run(`_fit(${Number($("epochs").value)})`);
     const fit = tagged(out, "FIT");
