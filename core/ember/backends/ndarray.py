@@ -155,11 +155,6 @@ class NdArray(Backend):
             ctx = _contexts.by_set[self.kernels]
         except (AttributeError, KeyError):
             ctx = _context(self.kernels)
-        out = ctx.run(self._execute, op, inputs, attrs, shape, dtype)
-        # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
-        return out if type(out) is np.ndarray else np.asarray(out)
-
-    def _execute(self, op, inputs, attrs, shape, dtype):
         if op.donors and self.inplace:
             for i in op.donors:
                 # (sole_owner's test written out: a tiny op's time is mostly calls like it)
@@ -167,8 +162,10 @@ class NdArray(Backend):
                     x = inputs[i]
                     if (type(x) is np.ndarray and x.shape == shape and x.base is None
                             and x.flags.writeable and x.dtype == dtype):
-                        return op.np(*inputs, out=x, **attrs)
-        return op.np(*inputs, **attrs)
+                        return ctx.run(op.np, *inputs, out=x, **attrs)
+        out = ctx.run(op.np, *inputs, **attrs)
+        # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
+        return out if type(out) is np.ndarray else np.asarray(out)
 
     def fuse(self, block):
         """A chain of elementwise ops (an ember.fusion Block) in one pass: natively one C
