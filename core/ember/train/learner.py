@@ -1,9 +1,4 @@
-"""Learner: Burn's training loop in Python.
-
-    learner = train.Learner(model, optim.Adam(lr=1e-3), loss=nn.CrossEntropyLoss(),
-                            metrics=[train.Accuracy(), train.Loss()],
-                            dashboard="tui" | "plain" | None, checkpoint_dir="runs/mnist")
-    model = learner.fit(train_loader, valid_loader, epochs=3)
+"""Learner: Burn's training loop in Python (the example: ember.train's docstring).
 
 Each training step: forward, loss, backward, `opt.step(model, grads)` (the LR scheduler, if the
 optimizer has one, advances once per step). Validation runs on `model.valid()` (the same
