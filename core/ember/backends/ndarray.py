@@ -27,7 +27,8 @@ from ..ops import kernels as _kernels
 # log(0), inf - inf (as every GPU backend is): two context variables. Setting and resetting
 # them around each op costs ~1 us, most of a tiny op's time; instead each thread keeps one
 # Context a kernel set, where both are set once, and an op runs inside it (Context.run only
-# switches to it). A fresh Context: nothing of the caller's context variables reaches the op.
+# switches to it). A fresh Context: nothing of the caller's context variables reaches the op
+# (and no op's function runs another NdArray op, which would enter it twice).
 _contexts = threading.local()
 _ACTIVE = _kernels.ACTIVE
 _refcount = sys.getrefcount
