@@ -21,7 +21,7 @@ from .errors import BackendError, DTypeError, OutOfMemoryError, ShapeError
 from .ops import COMPARE, prims
 
 _NO = object()  # "no second operand"
-_RESHAPE = prims.reshape
+_RESHAPE, _SUM, _MATMUL = prims.reshape, prims.sum, prims.matmul
 _NO_ATTRS = {}
 
 # ember.jit's recorder while this thread captures a function (None otherwise): every primitive
@@ -614,7 +614,15 @@ class Tensor:
 
     def sum(self):
         """Sum of all elements, as a 0-d tensor."""
-        return self._reduce(prims.sum, None, False)
+        if self.dtype not in _SUM.native:  # bool (counted as ints), or the rule's error
+            return self._reduce(_SUM, None, False)
+        # the commonest reduction, without _reduce's general steps: its rules say keep-dims
+        # shape (1, ..., 1) in the same dtype, and dropping those dims is a reshape
+        backend, dtype, ndim = self.backend, self.dtype, len(self.shape)
+        prim = _execute(backend, _SUM, [self._prim], {"dims": tuple(range(ndim))},
+                        (1,) * ndim, dtype)
+        return Tensor(_execute(backend, _RESHAPE, [prim], {"shape_to": ()}, (), dtype), backend,
+                      (), dtype)
 
     def sum_dim(self, dim):
         """Sum over `dim` (an int or a tuple of ints), keeping it with size 1 (as Burn)."""
@@ -837,9 +845,18 @@ class Tensor:
     def matmul(self, other):
         """Matrix product with NumPy's rules: batch dims broadcast, 1-D operands become a row
         (left) or a column (right) and that dim is dropped from the result."""
-        if (type(other) is Tensor and len(self.shape) > 1 and len(other.shape) > 1
-                and self.dtype == other.dtype != "bool"):
-            return _apply(prims.matmul, self, other)  # the common case: no promotion, no 1-D
+        if isinstance(other, Tensor) and self.dtype == other.dtype != "bool":
+            a, b = self.shape, other.shape
+            if (len(a) == len(b) == 2 and a[1] == b[0] and self.dtype in _MATMUL.native
+                    and (other.backend is self.backend or other.backend == self.backend)):
+                # 2-D, one dtype, one backend: the rules' answer without running them (matmul
+                # takes no donors, so nothing to hand back on an error either)
+                shape = (a[0], b[1])
+                return Tensor(_execute(self.backend, _MATMUL, [self._prim, other._prim],
+                                       _NO_ATTRS, shape, self.dtype), self.backend, shape,
+                              self.dtype)
+            if len(a) > 1 and len(b) > 1:
+                return _apply(prims.matmul, self, other)  # no promotion, no 1-D
         if not isinstance(_operand("matmul", other), Tensor):
             raise DTypeError(f"matmul: expected a Tensor, got {type(other).__name__}; use * "
                              "to scale by a number")

@@ -49,6 +49,32 @@ def test_name_and_equality():
     assert NdArray().inplace and not NdArray(inplace=False).inplace
 
 
+@pytest.mark.parametrize("kernels", ["auto", "numpy"])
+def test_ops_are_silent_and_leave_the_callers_numpy_state_alone(kernels):
+    import threading
+    import warnings
+
+    from ember.ops import kernels as kernel_sets
+    x = Tensor.from_data(np.array([1e38, 0.0, -1.0], np.float32), backend=NdArray(kernels))
+    seen = []
+
+    def run():  # the caller asks NumPy to raise; ember's ops still give inf and nan, quietly
+        with np.errstate(all="raise"), warnings.catch_warnings():
+            warnings.simplefilter("error")
+            seen.append([(x * x).tolist(), (x / 0).tolist(), x.log().exp().tolist()])
+            seen.append((np.geterr()["over"], kernel_sets.active()))
+    run()
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    inf, nan = float("inf"), float("nan")
+    want = [[inf, 0.0, 1.0], [inf, nan, -inf], [1e38, 0.0, nan]]
+    for got, state in (seen[0:2], seen[2:4]):
+        np.testing.assert_allclose(np.array(got, np.float64), want, rtol=1e-5)
+        assert state == ("raise", kernel_sets.NUMPY)  # as it was, after the ops
+    assert np.geterr()["over"] == "warn" and len(seen) == 4
+
+
 def test_from_numpy_and_to_numpy():
     b = NdArray()
     a = np.arange(4.0, dtype=np.float32)

@@ -421,3 +421,12 @@ def test_a_recorded_step_is_for_one_device():
     with pytest.raises(ValueError, match="jit=True records the step of one device"):
         train.Learner(model(), optimizer(), dashboard=None, jit=True,
                       devices=[NdArray(), NdArray()])
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_non_finite_loss_stops_the_run_saying_whether_its_update_ran(jit):
+    learner = train.Learner(model(dropout=0.0), optimizer(), dashboard=None, jit=jit,
+                            loss=lambda logits, y: logits.sum() * float("nan"))
+    said = "the recorded step .* applied its update" if jit else "stopped before that step's"
+    with pytest.raises(FloatingPointError, match=f"loss is nan at step 1 .*diverged.*{said}"):
+        learner.fit(loaders(batch_size=10)[0], epochs=1)

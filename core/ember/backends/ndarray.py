@@ -9,9 +9,11 @@ no view of it alive: a view holds a reference to its base), be writeable, and al
 the result's shape and dtype.
 """
 
+import contextvars
 import math
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -21,15 +23,25 @@ from ..fusion import launched
 from ..ops import MOVEMENT
 from ..ops import kernels as _kernels
 
-# Silent on overflow, 0/0, log(0), inf - inf, as every GPU backend is. np.errstate costs ~1 us
-# a call; setting NumPy's own context variable directly costs a tenth of that.
-try:
-    from numpy._core.umath import _extobj_contextvar as _ERRSTATE
-    from numpy._core.umath import _make_extobj
+# Each op runs with its instance's kernel set active and NumPy silent on overflow, 0/0,
+# log(0), inf - inf (as every GPU backend is): two context variables. Setting and resetting
+# them around each op costs ~1 us, most of a tiny op's time; instead each thread keeps one
+# Context a kernel set, where both are set once, and an op runs inside it (Context.run only
+# switches to it). A fresh Context: nothing of the caller's context variables reaches the op
+# (and no op's function runs another NdArray op, which would enter it twice).
+_contexts = threading.local()
+_ACTIVE = _kernels.ACTIVE
+_refcount = sys.getrefcount
 
-    _QUIET = _make_extobj(all="ignore")
-except ImportError:  # a NumPy without them: the public, slower way
-    _ERRSTATE = None
+
+def _context(kernels):
+    ctx = contextvars.Context()
+    ctx.run(_ACTIVE.set, kernels)
+    ctx.run(np.seterr, all="ignore")  # (NumPy 2: a context variable, so here only)
+    if not hasattr(_contexts, "by_set"):
+        _contexts.by_set = {}
+    _contexts.by_set[kernels] = ctx
+    return ctx
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
@@ -137,24 +149,31 @@ class NdArray(Backend):
     def execute(self, op, inputs, attrs, shape, dtype):
         if op.kind == MOVEMENT:
             # views and copies: no floating-point errors to silence, no kernel set to choose
-            # (a batch-1 forward runs a dozen reshapes; the contexts below cost ~1 us a call)
+            # (a batch-1 forward runs a dozen reshapes)
             return op.np(*inputs, **attrs)
-        if _ERRSTATE is None:
-            with np.errstate(all="ignore"), _kernels.using(self.kernels):
-                return self._execute(op, inputs, attrs, shape, dtype)
-        chosen, quiet = _kernels.ACTIVE.set(self.kernels), _ERRSTATE.set(_QUIET)
+        launched((op.name,))
         try:
-            return self._execute(op, inputs, attrs, shape, dtype)
-        finally:
-            _ERRSTATE.reset(quiet)
-            _kernels.ACTIVE.reset(chosen)
+            ctx = _contexts.by_set[self.kernels]
+        except (AttributeError, KeyError):
+            ctx = _context(self.kernels)
+        if op.donors and self.inplace:
+            for i in op.donors:
+                # (sole_owner's test written out: a tiny op's time is mostly calls like it)
+                if i < len(inputs) and _refcount(inputs[i]) <= _FREE:
+                    x = inputs[i]
+                    if (type(x) is np.ndarray and x.shape == shape and x.base is None
+                            and x.flags.writeable and x.dtype == dtype):
+                        return ctx.run(op.np, *inputs, out=x, **attrs)
+        out = ctx.run(op.np, *inputs, **attrs)
+        # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
+        return out if type(out) is np.ndarray else np.asarray(out)
 
     def fuse(self, block):
         """A chain of elementwise ops (an ember.fusion Block) in one pass: natively one C
         kernel generated for the block (backends/native/fused.py), else over cache-sized
         tiles, each op reading and writing a tile that stays in cache, where op by op every
         intermediate would stream the whole tensor through memory."""
-        chosen = _kernels.ACTIVE.set(self.kernels)
+        chosen = _ACTIVE.set(self.kernels)
         try:
             generated = getattr(self.kernels, "fuse", None)
             outs = generated(block) if generated is not None else None
@@ -163,22 +182,7 @@ class NdArray(Backend):
             with np.errstate(all="ignore"):
                 return _fused(block)
         finally:
-            _kernels.ACTIVE.reset(chosen)
-
-    def _execute(self, op, inputs, attrs, shape, dtype):
-        if op.kind != MOVEMENT:  # (views launch nothing)
-            launched((op.name,))
-        if op.donors and self.inplace:
-            for i in op.donors:
-                # (sole_owner's test written out: a tiny op's time is mostly calls like it)
-                if i < len(inputs) and sys.getrefcount(inputs[i]) <= _FREE:
-                    x = inputs[i]
-                    if (type(x) is np.ndarray and x.shape == shape and x.base is None
-                            and x.flags.writeable and x.dtype == dtype):
-                        return op.np(*inputs, out=x, **attrs)
-        out = op.np(*inputs, **attrs)
-        # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
-        return out if type(out) is np.ndarray else np.asarray(out)
+            _ACTIVE.reset(chosen)
 
     def compile(self, steps, table, inputs, outputs, run=None):
         # inside Pyodide, runs of WebAssembly kernels become one call each (backends/wasm);

@@ -164,14 +164,14 @@ class _Storage:
 class TensorRef:
     """A tensor of the file: its dtype and shape are known at once; `load()` gives its values
     as a read-only NumPy view of its storage's array (bfloat16 / float8 widened to float32),
-    once the storage's bytes are read (`need()` of them)."""
+    once the storage's bytes are read (`need()` of them). `dtype`: the storage's by default."""
 
     __slots__ = ("storage", "offset", "shape", "stride", "dtype", "flags", "source")
 
-    def __init__(self, storage, offset, shape, stride, dtype, metadata=None):
+    def __init__(self, storage, offset, shape, stride, dtype=None, metadata=None):
         if not isinstance(storage, _Storage):
             raise RecordError(f"a tensor's storage is a {type(storage).__name__}")
-        self.storage, self.dtype = storage, dtype
+        self.storage, self.dtype = storage, dtype or storage.dtype
         self.offset = _int(offset, "storage offset")
         self.shape = _ints(shape, "size")
         self.stride = _ints(stride, "stride")
@@ -247,17 +247,10 @@ def _dtype_of(marker, what):
     return marker.value
 
 
-def _rebuild_tensor(storage, storage_offset, size, stride):
-    if not isinstance(storage, _Storage):
-        raise RecordError(f"a tensor's storage is a {type(storage).__name__}")
-    return TensorRef(storage, storage_offset, size, stride, storage.dtype)
-
-
 def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False,
                        backward_hooks=None, metadata=None):
-    if not isinstance(storage, _Storage):
-        raise RecordError(f"a tensor's storage is a {type(storage).__name__}")
-    return TensorRef(storage, storage_offset, size, stride, storage.dtype, metadata)
+    # (also torch's _rebuild_tensor, which takes the first four)
+    return TensorRef(storage, storage_offset, size, stride, None, metadata)
 
 
 def _rebuild_tensor_v3(storage, storage_offset, size, stride, requires_grad, backward_hooks,
@@ -370,15 +363,15 @@ def _numpy_frombuffer(buffer, dtype, shape, order):
     return array
 
 
-_REBUILDERS = tuple(_Call(f) for f in (_rebuild_tensor, _rebuild_tensor_v2, _rebuild_tensor_v3,
+_REBUILDERS = tuple(_Call(f) for f in (_rebuild_tensor_v2, _rebuild_tensor_v3,
                                          _rebuild_parameter))
 
 
 def _allowed():
-    rebuild, rebuild_v2, rebuild_v3, parameter = _REBUILDERS
+    rebuild_v2, rebuild_v3, parameter = _REBUILDERS
     table = {
         ("collections", "OrderedDict"): _StateDict,
-        ("torch._utils", "_rebuild_tensor"): rebuild,
+        ("torch._utils", "_rebuild_tensor"): rebuild_v2,
         ("torch._utils", "_rebuild_tensor_v2"): rebuild_v2,
         ("torch._utils", "_rebuild_tensor_v3"): rebuild_v3,
         ("torch._utils", "_rebuild_parameter"): parameter,
@@ -584,18 +577,15 @@ def _read_zip(path, source, key):
         names = z.archive.namelist()
         pickles = sorted((n for n in names if n.endswith("data.pkl")
                           and n.count("/") <= 1), key=len)
-        if not pickles:
-            if any(n.endswith("constants.pkl") for n in names):
-                raise RecordError(f"record.load_pytorch: {source} is a TorchScript archive "
-                                  "(torch.jit.save); save its weights with "
-                                  "torch.save(torch.jit.load(path).state_dict(), out)")
-            raise RecordError(f"record.load_pytorch: {source} is a zip archive without "
-                              "data.pkl: not a file written by torch.save")
-        prefix = pickles[0][: -len("data.pkl")]
-        if prefix + "constants.pkl" in names:
+        prefix = pickles[0][: -len("data.pkl")] if pickles else ""
+        if any(n.endswith("constants.pkl") for n in names) and (
+                not pickles or prefix + "constants.pkl" in names):
             raise RecordError(f"record.load_pytorch: {source} is a TorchScript archive "
                               "(torch.jit.save); save its weights with "
                               "torch.save(torch.jit.load(path).state_dict(), out)")
+        if not pickles:
+            raise RecordError(f"record.load_pytorch: {source} is a zip archive without "
+                              "data.pkl: not a file written by torch.save")
         big = z.member(prefix + "byteorder", optional=True, limit=16) == b"big"
         storages = {}
 

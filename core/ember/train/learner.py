@@ -1,9 +1,4 @@
-"""Learner: Burn's training loop in Python.
-
-    learner = train.Learner(model, optim.Adam(lr=1e-3), loss=nn.CrossEntropyLoss(),
-                            metrics=[train.Accuracy(), train.Loss()],
-                            dashboard="tui" | "plain" | None, checkpoint_dir="runs/mnist")
-    model = learner.fit(train_loader, valid_loader, epochs=3)
+"""Learner: Burn's training loop in Python (the example: ember.train's docstring).
 
 Each training step: forward, loss, backward, `opt.step(model, grads)` (the LR scheduler, if the
 optimizer has one, advances once per step). Validation runs on `model.valid()` (the same
@@ -27,7 +22,7 @@ model, optimizer (and its scheduler), epoch and batch, RNG state, metric sums an
 DataLoader then continues at the very batch the run stopped before.
 
 Data parallel: `devices=[B1, B2, ...]` (a replica per device, each on its thread; strategy "ddp"
-or "multi") or torchrun (a replica per process): _ddp_step, _multi_step and parallel.py.
+or "multi") or torchrun (a replica per process): _ddp_step and parallel.py.
 """
 
 import contextlib
@@ -155,8 +150,8 @@ class Learner:
         replay it (on Wgpu one submission per step); single device only.
     strategy: with devices, "ddp" (every replica keeps its weights and optimizer; gradients
         all-reduced in buckets during backward, the same update on each: _ddp_step) or
-        "multi" (gradients gathered on the first device, one update there, the replicas
-        get the weights back: _multi_step).
+        "multi" (the replicas cloned from the model at every step, one optimizer, one
+        update on the first device: _ddp_step(multi=True)).
 
     Under torchrun (RANK, WORLD_SIZE, MASTER_ADDR set; torch needed) every process trains a
     replica on its shard of each batch, gradients all-reduced through torch.distributed;
@@ -310,9 +305,8 @@ class Learner:
 
     def _train_step(self, batch, needs_output):
         if self._dist is not None or (self.devices and len(self.devices) > 1):
-            if self.strategy == "multi" and self._dist is None:
-                return self._multi_step(batch, needs_output)
-            return self._ddp_step(batch, needs_output)
+            multi = self.strategy == "multi" and self._dist is None
+            return self._ddp_step(batch, needs_output, multi)
         x, y = self._inputs(batch, self._backend())
         lr = self.optimizer.lr
         if self.jit:
@@ -339,25 +333,21 @@ class Learner:
                 return (model, loss, logits) if needs_output else (model, loss)
             self._jit_step = capture.jit(step)
         self.model, loss, *logits = self._jit_step(self.model, x, y, needs_output)
-        value = float(loss.item())
-        if not np.isfinite(value):
-            raise FloatingPointError(
-                f"the training loss is {value} at step {self.step + 1} (epoch {self.epoch + 1}, "
-                f"batch {self.batch + 1}): training diverged (a lower learning rate?); the "
-                "recorded step (jit=True) applied its update already: the last checkpoint "
-                "holds the weights before it")
+        value = self._finite(float(loss.item()), applied=True)
         return StepOutput("train", value, logits[0].to_numpy() if needs_output else None,
                           _numpy(y), int(x.shape[0]), lr)
 
-    def _finite(self, value):
+    def _finite(self, value, applied=False):
         if not np.isfinite(value):
             raise FloatingPointError(
                 f"the training loss is {value} at step {self.step + 1} (epoch {self.epoch + 1}, "
-                f"batch {self.batch + 1}): training diverged (a lower learning rate?); stopped "
-                "before that step's update")
+                f"batch {self.batch + 1}): training diverged (a lower learning rate?); " + (
+                    "the recorded step (jit=True) applied its update already: the last "
+                    "checkpoint holds the weights before it" if applied else
+                    "stopped before that step's update"))
         return value
 
-    def _ddp_step(self, batch, needs_output):
+    def _ddp_step(self, batch, needs_output, multi=False):
         """Burn's DDP: one replica per device (replica 0 is self.model with self.optimizer;
         the others clones with the same param ids and copies of the optimizer, made at the
         first step of a fit), each on its thread with its shard of the batch (ember's
@@ -366,13 +356,19 @@ class Learner:
         buckets' sums are the gradients of the whole batch's mean loss (the loss a mean over
         the batch, as the default is), and every replica applies the same update to its
         weights. Under torchrun the replicas are the processes. Buffers (BatchNorm's running
-        statistics) are each replica's own; replica 0's are saved."""
+        statistics) are each replica's own; replica 0's are saved.
+
+        multi=True is Burn's multi-device strategy: the replicas are fresh clones of the
+        model (on their devices) at every step, gradients summed the same way, and the one
+        optimizer updates the first replica, the model, alone."""
         x, y = _pair(batch)
-        if self._replicas is None:
-            self._replicas = self._make_replicas()
-        n, reps, dist = len(x), self._replicas, self._dist
-        active = [(i, x[a:b], y[a:b]) for i, (a, b) in enumerate(
-            _cut(n, r, len(reps)) for r in range(len(reps))) if b > a]
+        if multi:
+            reps = [(self.model, self.optimizer, self.devices[0])] + [
+                (_replica(self.model, d), None, d) for d in self.devices[1:]]
+        else:
+            self._replicas = reps = self._replicas or self._make_replicas()
+        n, dist = len(x), self._dist
+        active = _shards(x, y, len(reps))
         group = dist or parallel.ThreadGroup(len(active))
 
         def work(k):
@@ -407,7 +403,7 @@ class Learner:
         value = self._finite(sum(p[0] for p in parts) if dist is None else parts[0][0])
         grads = {i: p[1] for (i, _, _), p in zip(active, parts)}
         lr = self.optimizer.lr
-        self.model = self._on_threads(update, len(reps))[0]
+        self.model = self._on_threads(update, 1 if multi else len(reps))[0]
         logits = np.concatenate([p[2] for p in parts]) if needs_output else None
         return StepOutput("train", value, logits, y, n, lr)
 
@@ -433,39 +429,6 @@ class Learner:
             opt.load_state_dict(saved, model)
             reps.append((model, opt, device))
         return reps
-
-    def _multi_step(self, batch, needs_output):
-        """Burn's multi-device strategy: the batch is cut into one shard per device; each
-        replica (a clone of the model on its device, made every step) computes its shard's
-        loss and gradients on its own thread; the gradients, weighted by shard size, are
-        gathered and summed on the first device, where the one update runs; the replicas
-        copy its weights before the next step. Buffers are the first replica's."""
-        from ..optim import GradientsParams
-        x, y = _pair(batch)
-        n = len(x)
-        cuts = [n * i // len(self.devices) for i in range(len(self.devices) + 1)]
-        shards = [(d, x[a:b], y[a:b]) for d, a, b in zip(self.devices, cuts, cuts[1:]) if b > a]
-        replicas = [self.model] + [_replica(self.model, d) for d, _, _ in shards[1:]]
-
-        def work(i):
-            device, xs, ys = shards[i]
-            replica = replicas[i]
-            logits = replica(_tensor(xs, device))
-            loss = self.loss_fn(logits, _tensor(ys, device))
-            w = len(xs) / n
-            grads = GradientsParams.from_grads(loss.backward(), replica).map(
-                lambda k, g: g * w)
-            return float(loss.item()) * w, grads, (logits.to_numpy() if needs_output else None)
-
-        parts = self._on_threads(work, len(shards))
-        value = self._finite(sum(p[0] for p in parts))
-        grads = parts[0][1]
-        for p in parts[1:]:
-            grads = grads + p[1]  # (moved to the first device's backend)
-        lr = self.optimizer.lr
-        self.model = self.optimizer.step(self.model, grads)
-        logits = np.concatenate([p[2] for p in parts]) if needs_output else None
-        return StepOutput("train", value, logits, y, n, lr)
 
     def _validate_epoch(self, loader, stop):
         metrics = self.metrics["valid"]
@@ -748,6 +711,12 @@ def _replica(model, device):
 def _cut(n, part, parts):
     """Rows [a, b) of part `part` of `parts` of n rows (the same cut everywhere)."""
     return n * part // parts, n * (part + 1) // parts
+
+
+def _shards(x, y, parts):
+    """[(i, x's rows, y's rows)] of each part i of `parts` that has rows."""
+    cut = [_cut(len(x), i, parts) for i in range(parts)]
+    return [(i, x[a:b], y[a:b]) for i, (a, b) in enumerate(cut) if b > a]
 
 
 def _pair(batch):

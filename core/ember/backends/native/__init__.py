@@ -270,7 +270,8 @@ class Native(kernels.Kernels):
         self.threads = threads  # at most this many of the pool's threads per op (None: all)
 
     def matmul(self, a, b):
-        return matmul(a, b) if _ready() else np.matmul(a, b)
+        # uncapped, OpenBLAS's own threads compute it (see matmul): no checks to pay per call
+        return matmul(a, b) if self.threads is not None and _ready() else np.matmul(a, b)
 
     def gelu(self, x, out=None):
         return gelu(x, out) if _ready() else None
