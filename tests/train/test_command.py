@@ -343,3 +343,18 @@ def test_the_step_is_recorded_by_default_on_wgpu_alone(monkeypatch):
     monkeypatch.setenv("EMBER_BACKEND", "wgpu")
     assert records(None)
 
+
+def test_a_recorded_step_on_wgpu_trains_fused(monkeypatch):
+    from argparse import Namespace
+
+    from ember.train import command
+    monkeypatch.delenv("EMBER_BACKEND", raising=False)
+
+    def stack(backend, no_jit=False, devices=1):
+        return command._stack(Namespace(backend=backend, no_jit=no_jit, devices=devices))
+    assert stack("wgpu") == ("fusion(wgpu)", True) == stack("WGPU")
+    assert stack("wgpu", no_jit=True) == ("wgpu", False) and stack("wgpu", devices=2)[0] == "wgpu"
+    assert stack("ndarray") == ("ndarray", False) and stack(None) == (None, False)
+    monkeypatch.setenv("EMBER_BACKEND", "wgpu")
+    assert stack(None) == ("fusion(wgpu)", True)
+
