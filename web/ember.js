@@ -5,6 +5,8 @@
 //   cdn       true: take Pyodide from the jsDelivr CDN instead (ember's wheel still comes from
 //             this site); only when a page asks for it
 //   worker    true: run Python in a Web Worker, so the page never freezes while Python runs
+//   models    names of ember.models the page loads at start ("mnist", "fashion-mnist"): their
+//             weights come with the packages (others: before the first run that loads them)
 //   onProgress({stage, message, ms})   stages: runtime, packages, import, ready
 //   onBytes({loaded, total})   the boot files' bytes so far, and in all (null where not known)
 //   progressBar  true (default): while loading, a bar with those bytes right after the page's
@@ -31,7 +33,8 @@ async function emberWheelURL() {
   return new URL(`../${info.ember_wheel}`, import.meta.url).href;
 }
 
-export async function loadEmber({ indexURL, cdn = false, worker = false, onProgress = () => {},
+export async function loadEmber({ indexURL, cdn = false, worker = false, models = [],
+                                  onProgress = () => {},
                                   onBytes = () => {}, progressBar = true, onStdout = () => {},
                                   onStderr = () => {} } = {}) {
   const t0 = performance.now();
@@ -52,8 +55,9 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, onProgr
   let handle;
   try {
     handle = worker
-      ? await bootWorker({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr })
-      : await bootHere({ indexURL, cdn, wheel, progress, bytes: bytes(0), onStdout, onStderr });
+      ? await bootWorker({ indexURL, cdn, wheel, models, progress, bytes, onStdout, onStderr })
+      : await bootHere({ indexURL, cdn, wheel, models, progress, bytes: bytes(0), onStdout,
+                         onStderr });
   } finally {
     bar?.remove();
   }
@@ -100,9 +104,9 @@ function showBar() {
   };
 }
 
-async function bootHere({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr }) {
+async function bootHere({ indexURL, cdn, wheel, models, progress, bytes, onStdout, onStderr }) {
   let sinks = { out: onStdout, err: onStderr };
-  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, progress, bytes,
+  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, models, progress, bytes,
                           stdout: (t) => sinks.out(t), stderr: (t) => sinks.err(t) });
   let queue = Promise.resolve();
   return {
@@ -121,7 +125,7 @@ async function bootHere({ indexURL, cdn, wheel, progress, bytes, onStdout, onStd
   };
 }
 
-function bootWorker({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr }) {
+function bootWorker({ indexURL, cdn, wheel, models, progress, bytes, onStdout, onStderr }) {
   const workerBytes = bytes(1);
   const w = new Worker(new URL("./ember-worker.js", import.meta.url), { type: "module" });
   const runs = new Map();
@@ -171,11 +175,11 @@ function bootWorker({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr 
         if (run) { runs.delete(m.id); run.reject(new Error(m.message)); } else fail(m.message);
       }
     };
-    w.postMessage({ type: "boot", indexURL, cdn, wheel, interrupt, packagesFromPage: !cdn });
+    w.postMessage({ type: "boot", indexURL, cdn, wheel, models, interrupt, packagesFromPage: !cdn });
     if (!cdn) {
       // fetched and unzipped here while the worker boots the runtime: this thread is idle then
       const meter = byteMeter(indexURL, bytes(0));
-      fetchPackages(indexURL, ["ember"], meter).then(
+      fetchPackages(indexURL, ["ember"], meter, models).then(
         (packages) => w.postMessage({ type: "packages", packages }, transferables(packages)),
         (e) => w.postMessage({ type: "packages", error: String(e?.message ?? e) }))
         .finally(() => meter.stop());

@@ -252,6 +252,33 @@ def precompress(folder, skip=()):
             write_gzip(path, at_most=0.9)
 
 
+# The weights of ember.models: 3.4 MB of ember's 4.1 MB wheel, which only the pages that show a
+# model use. The site's copy of the wheel leaves them out; each is a file of its own beside it,
+# listed in the lock's `ember_weights`, and web/boot.js fetches those a page or its code needs.
+WEIGHTS_DIR = "ember/models/weights/"
+
+
+def split_weights(wheel, dest):
+    """Move ember.models' weights out of `wheel` (rewritten in place, its RECORD too) into
+    dest/ember-weights-<name>.safetensors; returns {name: {file_name, sha256}}."""
+    weights, tmp = {}, wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(tmp, "w") as out:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.startswith(WEIGHTS_DIR) and info.filename.endswith(".safetensors"):
+                name = info.filename[len(WEIGHTS_DIR):-len(".safetensors")]
+                target = dest / f"ember-weights-{name}.safetensors"
+                target.write_bytes(data)
+                weights[name] = {"file_name": target.name, "sha256": sha256(target)}
+                continue
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(line for line in data.splitlines(keepends=True)
+                                if not line.startswith(WEIGHTS_DIR.encode()))
+            out.writestr(info, data)
+    tmp.replace(wheel)
+    return weights
+
+
 def lock_entry(wheel, name, version, imports, depends):
     return {"name": name, "version": version, "file_name": wheel.name, "install_dir": "site",
             "sha256": sha256(wheel), "package_type": "package", "imports": imports,
@@ -688,13 +715,14 @@ def _build(out, root, fast_start, log):
     if fast_start:
         precompiled_ember(root, cache, stock, wheel, log)
         techniques += ["ember's wheel carries __pycache__ .pyc beside its sources"]
+    weights = split_weights(wheel, site_pyodide)
     packages = {}
     for n in names:
         entry = dict(lock["packages"][n])
         entry["sha256"] = sha256(site_pyodide / entry["file_name"])
         packages[n] = entry
     packages["ember"] = lock_entry(wheel, "ember", ember.__version__, ["ember"], ["numpy"])
-    site_lock = {"info": lock["info"], "packages": packages}
+    site_lock = {"info": lock["info"], "packages": packages, "ember_weights": weights}
     (site_pyodide / "pyodide-lock.json").write_text(json.dumps(site_lock, indent=1))
     for n in with_dependencies(site_lock, BOOT_PACKAGES):
         write_gzip(site_pyodide / packages[n]["file_name"])
@@ -743,7 +771,8 @@ def _build(out, root, fast_start, log):
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
     precompress(out, skip=("pyodide",))
-    boot = [f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + boot_wheels
+    boot = ([f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + boot_wheels
+            + [w["file_name"] for w in weights.values()])
     write_service_worker(out, root, tag, boot)
     return info
 
