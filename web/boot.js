@@ -316,7 +316,9 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, mod
   }
   pyodide.setStdout(writer(stdout));
   pyodide.setStderr(writer(stderr));
-  const persist = await mountCache(pyodide.FS);
+  // (its first read of IndexedDB, up to 0.2 s in a fresh profile, goes on while the packages
+  // install: only ember's import needs it)
+  const cache = mountCache(pyodide.FS);
   mark("runtime");
 
   progress("packages", "loading numpy and ember");
@@ -354,6 +356,7 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, mod
   if (!packages) await addWeights(models);
   mark("packages");
 
+  const persist = await cache;
   progress("import", "importing ember");
   // one runPython (each call parses and compiles its code): the runner and the versions
   const loaded = pyodide.runPython(
