@@ -70,6 +70,8 @@ export function byteMeter(indexURL, onBytes = () => {}) {
 export async function fetchPackages(indexURL, names = ["ember"], meter = null, models = []) {
   const site = await siteLock(indexURL);
   const lock = site.packages;
+  // (a lock without the list: every shared library, as loadPackage does)
+  const atBoot = new RegExp(site.ember?.boot_libraries ?? SHARED_LIBRARY.source);
   const weights = fetchWeights(indexURL, site, models);
   weights.catch(() => {}); // (awaited below, with the packages)
   const order = [];
@@ -87,8 +89,9 @@ export async function fetchPackages(indexURL, names = ["ember"], meter = null, m
     }
     const files = await unzip(await fetchWheel(`${indexURL}${entry.file_name}`, entry.sha256,
                                                meter), entry.file_name);
-    // the shared libraries compile here too (WebAssembly.compile copies the bytes at once)
-    const libraries = await Promise.all(files.filter(([path]) => SHARED_LIBRARY.test(path))
+    // the shared libraries that `import ember` loads compile here too (WebAssembly.compile copies
+    // the bytes at once); Python's import loads any other from the file system on first use
+    const libraries = await Promise.all(files.filter(([path]) => atBoot.test(path))
       .map(async ([path, data]) => [path, await WebAssembly.compile(data)]));
     if (entry.name === "ember") files.push(...await weights);
     return { name: entry.name, fileName: entry.file_name, installDir: entry.install_dir, files,
@@ -111,7 +114,7 @@ function siteLock(indexURL) {
 
 // ---- ember's model weights ---------------------------------------------------------------------
 // `ember site` serves the weights of ember.models (3.4 MB, most of ember's wheel) as files of
-// their own beside the wheel, listed in the lock's `ember_weights` (site.split_weights): only
+// their own beside the wheel, listed in the lock's `ember.weights` (site.split_weights): only
 // the pages that show a model need them. A page names its models (loadEmber({models})) and they
 // come with the packages; other code gets them before its first run that loads one, as Pyodide
 // loads a shipped package on its first import (`needsWeights`).
@@ -127,7 +130,7 @@ function modelsIn(code, weights) {
 
 // [[path in site-packages, Uint8Array]] of `models`' weights, each checked against the lock
 async function fetchWeights(indexURL, site, models) {
-  const weights = site.ember_weights ?? {};
+  const weights = site.ember?.weights ?? {};
   return Promise.all(models.map(async (name) => {
     const entry = weights[name];
     if (!entry) throw new Error(`no weights of ember.models "${name}" in ${indexURL}pyodide-lock.json`);
@@ -211,7 +214,8 @@ async function inflate(data, size) {
 const SHARED_LIBRARY = /\.so(\.\d+)*$/;
 
 // Writes fetchPackages' files into site-packages and does what Pyodide's loadPackage does after
-// unpacking: the INSTALLER / PYODIDE_SOURCE records, the shared libraries, loadedPackages.
+// unpacking: the INSTALLER / PYODIDE_SOURCE records, the shared libraries (those compiled in
+// fetchPackages; Python's import loads any other from the file system), loadedPackages.
 async function installUnpacked(pyodide, packages) {
   const api = pyodide._api;
   const site = api.sitePackages;
@@ -219,13 +223,12 @@ async function installUnpacked(pyodide, packages) {
   const made = new Set();
   const mkdir = (dir) => { if (!made.has(dir)) { FS.mkdirTree(dir); made.add(dir); } };
   for (const { name, fileName, files, libraries } of packages) {
-    const dynlibs = [];
     for (const [path, data] of files) {
       const target = `${site}/${path}`;
       mkdir(target.slice(0, target.lastIndexOf("/")));
       FS.writeFile(target, data, { canOwn: true });
-      if (SHARED_LIBRARY.test(path)) dynlibs.push(target);
     }
+    const dynlibs = (libraries ?? []).map(([path]) => `${site}/${path}`);
     const distInfo = files.map(([p]) => p.split("/")[0]).find((d) => d.endsWith(".dist-info"));
     if (distInfo) {
       FS.writeFile(`${site}/${distInfo}/INSTALLER`, "pyodide.loadPackage");
@@ -373,7 +376,7 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, mod
     await pyodide.loadPackagesFromImports(code, { messageCallback: () => {}, errorCallback: stderr });
     if (LOADS_WEIGHTS.test(code)) {
       try {
-        await addWeights(modelsIn(code, (await siteLock(weightsFrom)).ember_weights ?? {}));
+        await addWeights(modelsIn(code, (await siteLock(weightsFrom)).ember?.weights ?? {}));
       } catch (e) { // the code runs all the same, and ember.models says what is missing
         stderr(`ember: the weights of ember.models could not be loaded (${e?.message ?? e})\n`);
       }

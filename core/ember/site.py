@@ -254,8 +254,13 @@ def precompress(folder, skip=()):
 
 # The weights of ember.models: 3.4 MB of ember's 4.1 MB wheel, which only the pages that show a
 # model use. The site's copy of the wheel leaves them out; each is a file of its own beside it,
-# listed in the lock's `ember_weights`, and web/boot.js fetches those a page or its code needs.
+# listed in the lock's `ember.weights`, and web/boot.js fetches those a page or its code needs.
 WEIGHTS_DIR = "ember/models/weights/"
+# The shared libraries that `import numpy, ember` loads: 3 of numpy's 15 (measured in Pyodide).
+# web/boot.js compiles and links only these at start-up, and Python's import loads any other
+# from the file system on its first use (numpy.random's, numpy.fft's, lapack_lite: 2.9 MB of
+# WebAssembly that no page needs to be ready). Written into the site's lock (`ember`).
+BOOT_LIBRARIES = r"^numpy/(_core/_multiarray_(umath|tests)|linalg/_umath_linalg)\.[^/]*\.so$"
 
 
 def split_weights(wheel, dest):
@@ -722,7 +727,8 @@ def _build(out, root, fast_start, log):
         entry["sha256"] = sha256(site_pyodide / entry["file_name"])
         packages[n] = entry
     packages["ember"] = lock_entry(wheel, "ember", ember.__version__, ["ember"], ["numpy"])
-    site_lock = {"info": lock["info"], "packages": packages, "ember_weights": weights}
+    site_lock = {"info": lock["info"], "packages": packages,
+                 "ember": {"weights": weights, "boot_libraries": BOOT_LIBRARIES}}
     (site_pyodide / "pyodide-lock.json").write_text(json.dumps(site_lock, indent=1))
     for n in with_dependencies(site_lock, BOOT_PACKAGES):
         write_gzip(site_pyodide / packages[n]["file_name"])
