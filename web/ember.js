@@ -25,8 +25,9 @@ export { CDN_URL, PYODIDE_VERSION };
 // `ember site` rewrites this URL to the build's pinned runtime, ../pyodide/<tag>/ (site.py)
 export const DEFAULT_INDEX_URL = new URL("../pyodide/", import.meta.url).href;
 // the bytes a boot loads from DEFAULT_INDEX_URL, as the site's server sends them (`ember site`
-// writes the figure in; null: not known)
+// writes the figure in; null: not known), and those of each model's weights (loadEmber's models)
 const BOOT_BYTES = null;
+const WEIGHT_BYTES = {};
 
 async function emberWheelURL() {
   const info = await (await fetch(new URL("../build-info.json", import.meta.url))).json();
@@ -38,7 +39,8 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, models 
                                   onBytes = () => {}, progressBar = true, onStdout = () => {},
                                   onStderr = () => {} } = {}) {
   const t0 = performance.now();
-  const total = indexURL === undefined && !cdn ? BOOT_BYTES : null;
+  const total = indexURL === undefined && !cdn && BOOT_BYTES
+    ? models.reduce((sum, name) => sum + (WEIGHT_BYTES[name] ?? 0), BOOT_BYTES) : null;
   indexURL = new URL(indexURL ?? (cdn ? CDN_URL : DEFAULT_INDEX_URL), location.href).href;
   if (!indexURL.endsWith("/")) indexURL += "/";
   const wheel = cdn ? await emberWheelURL() : undefined;

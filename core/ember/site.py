@@ -376,16 +376,21 @@ def pin_runtime(site_pyodide):
 
 
 BYTES_MARK = "const BOOT_BYTES = null;"
+WEIGHT_BYTES_MARK = "const WEIGHT_BYTES = {};"
 
 
-def point_at_pinned(ember_js, tag, boot_bytes=None):
+def point_at_pinned(ember_js, tag, boot_bytes=None, weight_bytes=None):
     """ember.js's default indexURL made the pinned runtime's; `boot_bytes` (what a boot loads
-    from there, as sent) written in for its progress bar."""
+    from there, as sent) and `weight_bytes` ({model: bytes of its weights}, where a page names
+    its models) written in for its progress bar."""
     text = ember_js.read_text()
-    if text.count(PIN_MARK) != 1 or text.count(BYTES_MARK) != 1:
+    if text.count(PIN_MARK) != 1 or text.count(BYTES_MARK) != 1 or (
+            weight_bytes is not None and text.count(WEIGHT_BYTES_MARK) != 1):
         raise SiteError(f"{ember_js}: expected one `{PIN_MARK}` (the default indexURL) to pin "
-                        f"and one `{BYTES_MARK}`")
+                        f"and one `{BYTES_MARK}` (and `{WEIGHT_BYTES_MARK}`)")
     text = text.replace(BYTES_MARK, f"const BOOT_BYTES = {json.dumps(boot_bytes)};")
+    if weight_bytes is not None:
+        text = text.replace(WEIGHT_BYTES_MARK, f"const WEIGHT_BYTES = {json.dumps(weight_bytes)};")
     ember_js.write_text(text.replace(PIN_MARK, f'new URL("../pyodide/{tag}/", import.meta.url)'))
 
 
@@ -749,7 +754,8 @@ def _build(out, root, fast_start, log):
                                                                               BOOT_PACKAGES)]
     point_at_pinned(out / "web" / "ember.js", tag, sum(sent_size(site_pyodide / f) for f in (
         "pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip",
-        "pyodide-lock.json", *boot_wheels)))
+        "pyodide-lock.json", *boot_wheels)), {n: sent_size(site_pyodide / w["file_name"])
+                                              for n, w in weights.items()})
     book = build_book(root, out / "book", log)
     # the examples that have a page (docs/examples/*/index.html), e.g. training in the browser
     for page in sorted((root / "docs" / "examples").glob("*/index.html")):
