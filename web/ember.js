@@ -19,7 +19,6 @@
 // a running worker (needs cross-origin isolation: `ember demo` sends COOP/COEP).
 // handle.versions, handle.timings (ms since loadEmber), handle.worker, handle.close().
 import { boot, byteMeter, CDN_URL, fetchPackages, PYODIDE_VERSION, transferables } from "./boot.js";
-import { registerOffline } from "./offline.js";
 
 export { CDN_URL, PYODIDE_VERSION };
 // `ember site` rewrites this URL to the build's pinned runtime, ../pyodide/<tag>/ (site.py)
@@ -64,7 +63,9 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, models 
     bar?.remove();
   }
   handle.timings.ready = Math.round(performance.now() - t0);
-  if (!cdn) registerOffline(); // the site's offline copy (web/offline.js)
+  // the site's offline copy (web/offline.js), imported only now: one module fewer on the way to
+  // the worker's start
+  if (!cdn) import("./offline.js").then((m) => m.registerOffline(), () => {});
   progress("ready", "ready");
   return handle;
 }
