@@ -1,7 +1,8 @@
 """The site works offline after one visit (web/service-worker.js, written to /sw.js by
 `ember site`; web/offline.js registers it once a page is ready): a server of its own serves the
 built site, the playground is visited once, the server is shut down, and the playground (its
-Python runs), the landing page and the browser-training page still load and reach `ready`.
+Python runs, a shipped model loads), the landing page, the drawing page and the browser-training
+page still load and reach `ready`.
 Only 127.0.0.1 is ever asked (OFFLINE_ARGS; the requests are listed)."""
 
 from urllib.parse import urlparse
@@ -47,6 +48,11 @@ def test_pages_load_and_run_with_the_server_gone(offline_page):
     assert pg.evaluate("crossOriginIsolated")  # the cached pages keep COOP/COEP: Stop works
     out = run_code(pg, "import ember\nprint(ember.Tensor.ones([2, 3]).sum().item())")
     assert out.startswith("6.0\n"), out
+    # ember.models' weights are files of their own (site.split_weights), fetched by the first
+    # run that loads one: the offline copy holds them too
+    out = run_code(pg, 'import ember\nprint(type(ember.models.load("mnist")).__name__)')
+    assert out.endswith("ConvNet\n"), out  # (the output so far, then this run's)
+    assert wait_ready(pg, "demos/mnist/") == "ready"  # the drawing page's model, from the cache
     assert wait_ready(pg, "playground/?worker=0") == "ready"  # a query of a cached page
     pg.goto(pg.base)
     links = pg.eval_on_selector_all("#pages a", "els => els.map(e => e.getAttribute('href'))")

@@ -3,12 +3,15 @@ keep (core/ember/site.py: precompress, Handler), a warm visit that asks for none
 and the progress bar with bytes that loadEmber shows while it loads (web/ember.js).
 `ember bench browser_startup` measures the times; nothing here is timed."""
 
+import contextlib
+import io
 import json
 import re
 import urllib.request
 
+import numpy as np
 import pytest
-from conftest import wait_ready
+from conftest import run_code, wait_ready
 
 from ember import site
 
@@ -86,3 +89,19 @@ def test_a_cold_visit_shows_the_bytes_and_a_warm_one_asks_for_no_runtime_file(br
         assert own_server.bytes_sent < 100_000, own_server.requests
     finally:
         context.close()
+
+
+def test_what_start_up_leaves_out_loads_on_first_use(page):
+    # boot.js links only the shared libraries `import ember` needs (site.BOOT_LIBRARIES); numpy's
+    # others load on their first import. ember.models' weights come before the first run that
+    # loads a model (site.split_weights). Both from the page's worker.
+    lock = json.loads(urllib.request.urlopen(page.base + "pyodide/pyodide-lock.json").read())
+    assert set(lock["ember"]["weights"]) == {"mnist", "fashion-mnist"}
+    assert wait_ready(page) == "ready"
+    code = "print(np.random.default_rng(0).integers(10, size=3), np.fft.fft([1, 2]).real)"
+    out = run_code(page, f"import numpy as np, ember\n{code}\n"
+                         "print(ember.models.load('fashion-mnist').training)")
+    here = io.StringIO()
+    with contextlib.redirect_stdout(here):
+        exec(code, {"np": np})
+    assert out.startswith(f"{here.getvalue()}False\n"), out

@@ -72,3 +72,16 @@ def test_the_backend_protocol_stands_on_errors_alone():
 
 def test_the_checker_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+
+
+def test_import_ember_leaves_what_a_page_does_not_need_at_start():
+    # `import ember` is on every page's start-up (web/boot.js): the subpackages and autotune
+    # (json, tempfile, pathlib) load on first use, through ember.__getattr__
+    import subprocess
+    import sys
+    code = ("import sys, ember; lazy = ['ember.' + m for m in ('autotune', 'nn', 'optim', "
+            "'record', 'train', 'data', 'onnx', 'models', 'backends')] + ['json', 'tempfile']; "
+            "print([m for m in lazy if m in sys.modules]); print(ember.autotune.choose.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(ROOT.parent)})
+    assert out.stdout.split() == ["[]", "choose"], out

@@ -175,9 +175,10 @@ def test_the_pinned_runtime_is_cached_for_good_and_the_rest_revalidated(served, 
 def test_ember_js_is_pointed_at_the_pinned_runtime(tmp_path):
     ember_js = tmp_path / "ember.js"
     ember_js.write_text((ROOT / "web" / "ember.js").read_text())
-    site.point_at_pinned(ember_js, "0123456789abcdef", 14_000_000)
+    site.point_at_pinned(ember_js, "0123456789abcdef", 14_000_000, {"mnist": 1_700_000})
     assert 'new URL("../pyodide/0123456789abcdef/", import.meta.url)' in ember_js.read_text()
     assert "const BOOT_BYTES = 14000000;" in ember_js.read_text()  # for the progress bar
+    assert 'const WEIGHT_BYTES = {"mnist": 1700000};' in ember_js.read_text()
     with pytest.raises(site.SiteError, match="default indexURL"):
         site.point_at_pinned(ember_js, "0123456789abcdef")  # already pinned: nothing to rewrite
 
@@ -615,3 +616,23 @@ def test_the_server_sends_the_precompressed_file_to_a_browser_that_takes_gzip(se
     assert e.value.code == 304
     with urllib.request.urlopen(served.url + "a.wasm") as r:  # no .gz beside it: as it is
         assert r.headers["Vary"] is None and r.headers["Content-Encoding"] is None
+
+
+def test_the_model_weights_leave_the_wheel_for_files_of_their_own(tmp_path):
+    wheel = tmp_path / "ember-0.1.0-py3-none-any.whl"
+    record = ("ember/__init__.py,sha256=a,1\nember/models/weights/mnist.safetensors,sha256=b,4\n"
+              "ember-0.1.0.dist-info/RECORD,,\n")
+    with zipfile.ZipFile(wheel, "w") as z:  # stored, as the site's boot wheels are
+        z.writestr("ember/__init__.py", "x = 1\n")
+        z.writestr("ember/models/weights/mnist.safetensors", b"\x01\x02\x03\x04")
+        z.writestr("ember-0.1.0.dist-info/RECORD", record)
+    weights = site.split_weights(wheel, tmp_path)
+    out = tmp_path / "ember-weights-mnist.safetensors"
+    assert out.read_bytes() == b"\x01\x02\x03\x04"
+    assert weights == {"mnist": {"file_name": out.name, "sha256": hashlib.sha256(
+        out.read_bytes()).hexdigest()}}
+    with zipfile.ZipFile(wheel) as z:
+        assert z.namelist() == ["ember/__init__.py", "ember-0.1.0.dist-info/RECORD"]
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
+        assert "weights" not in z.read("ember-0.1.0.dist-info/RECORD").decode()
+    assert site.split_weights(wheel, tmp_path) == {}  # nothing left to move

@@ -65,11 +65,15 @@ export function byteMeter(indexURL, onBytes = () => {}) {
 }
 
 // {name, fileName, installDir, files: [[path, Uint8Array]], libraries: [[path, WebAssembly.Module]]}
-// for `names` and their dependencies, dependencies first; `meter`: a byteMeter
-export async function fetchPackages(indexURL, names = ["ember"], meter = null) {
-  const lockResponse = await fetch(`${indexURL}pyodide-lock.json`);
-  if (!lockResponse.ok) throw new Error(`cannot load ${indexURL}pyodide-lock.json`);
-  const lock = (await lockResponse.json()).packages;
+// for `names` and their dependencies, dependencies first; `meter`: a byteMeter; `models`: the
+// names of ember.models whose weights come too (fetchWeights), as files of ember's package
+export async function fetchPackages(indexURL, names = ["ember"], meter = null, models = []) {
+  const site = await siteLock(indexURL);
+  const lock = site.packages;
+  // (a lock without the list: every shared library, as loadPackage does)
+  const atBoot = new RegExp(site.ember?.boot_libraries ?? SHARED_LIBRARY.source);
+  const weights = fetchWeights(indexURL, site, models);
+  weights.catch(() => {}); // (awaited below, with the packages)
   const order = [];
   const visit = (name) => {
     const entry = lock[name];
@@ -85,13 +89,58 @@ export async function fetchPackages(indexURL, names = ["ember"], meter = null) {
     }
     const files = await unzip(await fetchWheel(`${indexURL}${entry.file_name}`, entry.sha256,
                                                meter), entry.file_name);
-    // the shared libraries compile here too (WebAssembly.compile copies the bytes at once)
-    const libraries = await Promise.all(files.filter(([path]) => SHARED_LIBRARY.test(path))
+    // the shared libraries that `import ember` loads compile here too (WebAssembly.compile copies
+    // the bytes at once); Python's import loads any other from the file system on first use
+    const libraries = await Promise.all(files.filter(([path]) => atBoot.test(path))
       .map(async ([path, data]) => [path, await WebAssembly.compile(data)]));
+    if (entry.name === "ember") files.push(...await weights);
     return { name: entry.name, fileName: entry.file_name, installDir: entry.install_dir, files,
              libraries };
   }));
 }
+
+// The site's pyodide-lock.json, read once per folder (a promise)
+const locks = new Map();
+function siteLock(indexURL) {
+  if (!locks.has(indexURL)) {
+    locks.set(indexURL, fetch(`${indexURL}pyodide-lock.json`).then((r) => {
+      if (!r.ok) throw new Error(`cannot load ${indexURL}pyodide-lock.json`);
+      return r.json();
+    }));
+    locks.get(indexURL).catch(() => locks.delete(indexURL)); // a later call asks again
+  }
+  return locks.get(indexURL);
+}
+
+// ---- ember's model weights ---------------------------------------------------------------------
+// `ember site` serves the weights of ember.models (3.4 MB, most of ember's wheel) as files of
+// their own beside the wheel, listed in the lock's `ember.weights` (site.split_weights): only
+// the pages that show a model need them. A page names its models (loadEmber({models})) and they
+// come with the packages; other code gets them before its first run that loads one, as Pyodide
+// loads a shipped package on its first import (`needsWeights`).
+export const WEIGHTS_DIR = "ember/models/weights/";
+const LOADS_WEIGHTS = /\bmodels\s*\.\s*(load|info|weights_path)\b|from\s+ember\.models\s+import[^\n]*\b(load|info|weights_path)\b/;
+
+// the models whose weights `code` may load: those named in it as strings, or else all
+function modelsIn(code, weights) {
+  if (!LOADS_WEIGHTS.test(code)) return [];
+  const named = Object.keys(weights).filter((name) => code.includes(`"${name}"`) || code.includes(`'${name}'`));
+  return named.length ? named : Object.keys(weights);
+}
+
+// [[path in site-packages, Uint8Array]] of `models`' weights, each checked against the lock
+async function fetchWeights(indexURL, site, models) {
+  const weights = site.ember?.weights ?? {};
+  return Promise.all(models.map(async (name) => {
+    const entry = weights[name];
+    if (!entry) throw new Error(`no weights of ember.models "${name}" in ${indexURL}pyodide-lock.json`);
+    const response = await fetch(`${indexURL}${entry.file_name}`, { integrity: sri(entry.sha256) });
+    if (!response.ok) throw new Error(`cannot load ${indexURL}${entry.file_name}: ${response.status}`);
+    return [`${WEIGHTS_DIR}${name}.safetensors`, new Uint8Array(await response.arrayBuffer())];
+  }));
+}
+
+const sri = (hex) => `sha256-${btoa(String.fromCharCode(...hex.match(/../g).map((h) => parseInt(h, 16))))}`;
 
 // The wheel's bytes, checked against the lock's sha256. `ember site` puts a gzip of the whole
 // wheel beside it (its members stored): one gunzip by the browser's zlib, as the bytes arrive,
@@ -113,8 +162,7 @@ async function fetchWheel(url, sha256, meter) {
       return bytes;
     }
   }
-  const integrity = `sha256-${btoa(String.fromCharCode(...sha256.match(/../g).map((h) => parseInt(h, 16))))}`;
-  const response = await fetch(url, { integrity });
+  const response = await fetch(url, { integrity: sri(sha256) });
   if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
   return response.arrayBuffer();
 }
@@ -166,7 +214,8 @@ async function inflate(data, size) {
 const SHARED_LIBRARY = /\.so(\.\d+)*$/;
 
 // Writes fetchPackages' files into site-packages and does what Pyodide's loadPackage does after
-// unpacking: the INSTALLER / PYODIDE_SOURCE records, the shared libraries, loadedPackages.
+// unpacking: the INSTALLER / PYODIDE_SOURCE records, the shared libraries (those compiled in
+// fetchPackages; Python's import loads any other from the file system), loadedPackages.
 async function installUnpacked(pyodide, packages) {
   const api = pyodide._api;
   const site = api.sitePackages;
@@ -174,13 +223,12 @@ async function installUnpacked(pyodide, packages) {
   const made = new Set();
   const mkdir = (dir) => { if (!made.has(dir)) { FS.mkdirTree(dir); made.add(dir); } };
   for (const { name, fileName, files, libraries } of packages) {
-    const dynlibs = [];
     for (const [path, data] of files) {
       const target = `${site}/${path}`;
       mkdir(target.slice(0, target.lastIndexOf("/")));
       FS.writeFile(target, data, { canOwn: true });
-      if (SHARED_LIBRARY.test(path)) dynlibs.push(target);
     }
+    const dynlibs = (libraries ?? []).map(([path]) => `${site}/${path}`);
     const distInfo = files.map(([p]) => p.split("/")[0]).find((d) => d.endsWith(".dist-info"));
     if (distInfo) {
       FS.writeFile(`${site}/${distInfo}/INSTALLER`, "pyodide.loadPackage");
@@ -241,12 +289,17 @@ async function mountCache(FS) {
   return () => sync(false).catch(() => {});
 }
 
-export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, progress = () => {},
-                             bytes = () => {}, stdout = () => {}, stderr = () => {} }) {
+export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, models = [],
+                             progress = () => {}, bytes = () => {}, stdout = () => {},
+                             stderr = () => {} }) {
   const t0 = performance.now();
   unpacked?.catch(() => {}); // handled below, once the runtime is up
   const timings = {};
-  const mark = (name) => { timings[name] = Math.round(performance.now() - t0); };
+  // also a User Timing mark, `ember:<stage>` (performance tools and the start-up bench read them)
+  const mark = (name) => {
+    timings[name] = Math.round(performance.now() - t0);
+    performance.mark?.(`ember:${name}`);
+  };
   const decoder = new TextDecoder();
   const writer = (sink) => ({ write: (buf) => { sink(decoder.decode(buf, { stream: true })); return buf.length; } });
 
@@ -266,7 +319,9 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
   }
   pyodide.setStdout(writer(stdout));
   pyodide.setStderr(writer(stderr));
-  const persist = await mountCache(pyodide.FS);
+  // (its first read of IndexedDB, up to 0.2 s in a fresh profile, goes on while the packages
+  // install: only ember's import needs it)
+  const cache = mountCache(pyodide.FS);
   mark("runtime");
 
   progress("packages", "loading numpy and ember");
@@ -275,7 +330,7 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
   let packages = null;
   if (!cdn && canInstallUnpacked(pyodide)) {
     try {
-      packages = await (unpacked ?? fetchPackages(indexURL, ["ember"], meter));
+      packages = await (unpacked ?? fetchPackages(indexURL, ["ember"], meter, models));
     } catch (e) {
       progress("packages", `unpacking in JS failed (${e?.message ?? e}); loadPackage instead`);
     }
@@ -290,8 +345,21 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
     await pyodide.loadPackage(["ember"], opts);
   }
   if (errors.length) throw new Error(`loading packages failed: ${errors.join("; ")}`);
+  // the weights of ember.models: the page's with the packages (above, where unpacked here), any
+  // other before the run whose code loads it
+  const site = pyodide._api?.sitePackages ?? "/lib/python3.12/site-packages";
+  const weightsFrom = cdn ? new URL(".", emberWheelURL).href : indexURL; // (the site's own)
+  async function addWeights(names) {
+    const missing = names.filter((n) => !pyodide.FS.analyzePath(`${site}/${WEIGHTS_DIR}${n}.safetensors`).exists);
+    if (!missing.length) return;
+    const files = await fetchWeights(weightsFrom, await siteLock(weightsFrom), missing);
+    pyodide.FS.mkdirTree(`${site}/${WEIGHTS_DIR}`);
+    for (const [path, data] of files) pyodide.FS.writeFile(`${site}/${path}`, data, { canOwn: true });
+  }
+  if (!packages) await addWeights(models);
   mark("packages");
 
+  const persist = await cache;
   progress("import", "importing ember");
   // one runPython (each call parses and compiles its code): the runner and the versions
   const loaded = pyodide.runPython(
@@ -306,6 +374,13 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, pro
   async function run(code, { filename = "<playground>", fresh = true, namespace } = {}) {
     // an `import PIL` loads the shipped pillow wheel; unknown imports fail in Python, visibly
     await pyodide.loadPackagesFromImports(code, { messageCallback: () => {}, errorCallback: stderr });
+    if (LOADS_WEIGHTS.test(code)) {
+      try {
+        await addWeights(modelsIn(code, (await siteLock(weightsFrom)).ember?.weights ?? {}));
+      } catch (e) { // the code runs all the same, and ember.models says what is missing
+        stderr(`ember: the weights of ember.models could not be loaded (${e?.message ?? e})\n`);
+      }
+    }
     const out = await runner(code, filename, fresh, namespace ?? undefined);
     const [ok, value] = out.toJs();
     out.destroy();

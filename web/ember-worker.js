@@ -44,7 +44,7 @@ self.onmessage = async ({ data: m }) => {
   } else if (m.type === "boot") {
     try {
       py = await boot({
-        indexURL: m.indexURL, cdn: m.cdn, emberWheelURL: m.wheel,
+        indexURL: m.indexURL, cdn: m.cdn, emberWheelURL: m.wheel, models: m.models,
         unpacked: m.packagesFromPage ? packages : undefined,
         progress: (stage, message) => postMessage({ type: "progress", stage, message }),
         bytes: (n) => postMessage({ type: "bytes", n }),

@@ -5,6 +5,8 @@
 //   cdn       true: take Pyodide from the jsDelivr CDN instead (ember's wheel still comes from
 //             this site); only when a page asks for it
 //   worker    true: run Python in a Web Worker, so the page never freezes while Python runs
+//   models    names of ember.models the page loads at start ("mnist", "fashion-mnist"): their
+//             weights come with the packages (others: before the first run that loads them)
 //   onProgress({stage, message, ms})   stages: runtime, packages, import, ready
 //   onBytes({loaded, total})   the boot files' bytes so far, and in all (null where not known)
 //   progressBar  true (default): while loading, a bar with those bytes right after the page's
@@ -17,25 +19,27 @@
 // a running worker (needs cross-origin isolation: `ember demo` sends COOP/COEP).
 // handle.versions, handle.timings (ms since loadEmber), handle.worker, handle.close().
 import { boot, byteMeter, CDN_URL, fetchPackages, PYODIDE_VERSION, transferables } from "./boot.js";
-import { registerOffline } from "./offline.js";
 
 export { CDN_URL, PYODIDE_VERSION };
 // `ember site` rewrites this URL to the build's pinned runtime, ../pyodide/<tag>/ (site.py)
 export const DEFAULT_INDEX_URL = new URL("../pyodide/", import.meta.url).href;
 // the bytes a boot loads from DEFAULT_INDEX_URL, as the site's server sends them (`ember site`
-// writes the figure in; null: not known)
+// writes the figure in; null: not known), and those of each model's weights (loadEmber's models)
 const BOOT_BYTES = null;
+const WEIGHT_BYTES = {};
 
 async function emberWheelURL() {
   const info = await (await fetch(new URL("../build-info.json", import.meta.url))).json();
   return new URL(`../${info.ember_wheel}`, import.meta.url).href;
 }
 
-export async function loadEmber({ indexURL, cdn = false, worker = false, onProgress = () => {},
+export async function loadEmber({ indexURL, cdn = false, worker = false, models = [],
+                                  onProgress = () => {},
                                   onBytes = () => {}, progressBar = true, onStdout = () => {},
                                   onStderr = () => {} } = {}) {
   const t0 = performance.now();
-  const total = indexURL === undefined && !cdn ? BOOT_BYTES : null;
+  const total = indexURL === undefined && !cdn && BOOT_BYTES
+    ? models.reduce((sum, name) => sum + (WEIGHT_BYTES[name] ?? 0), BOOT_BYTES) : null;
   indexURL = new URL(indexURL ?? (cdn ? CDN_URL : DEFAULT_INDEX_URL), location.href).href;
   if (!indexURL.endsWith("/")) indexURL += "/";
   const wheel = cdn ? await emberWheelURL() : undefined;
@@ -52,13 +56,16 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, onProgr
   let handle;
   try {
     handle = worker
-      ? await bootWorker({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr })
-      : await bootHere({ indexURL, cdn, wheel, progress, bytes: bytes(0), onStdout, onStderr });
+      ? await bootWorker({ indexURL, cdn, wheel, models, progress, bytes, onStdout, onStderr })
+      : await bootHere({ indexURL, cdn, wheel, models, progress, bytes: bytes(0), onStdout,
+                         onStderr });
   } finally {
     bar?.remove();
   }
   handle.timings.ready = Math.round(performance.now() - t0);
-  if (!cdn) registerOffline(); // the site's offline copy (web/offline.js)
+  // the site's offline copy (web/offline.js), imported only now: one module fewer on the way to
+  // the worker's start
+  if (!cdn) import("./offline.js").then((m) => m.registerOffline(), () => {});
   progress("ready", "ready");
   return handle;
 }
@@ -100,9 +107,9 @@ function showBar() {
   };
 }
 
-async function bootHere({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr }) {
+async function bootHere({ indexURL, cdn, wheel, models, progress, bytes, onStdout, onStderr }) {
   let sinks = { out: onStdout, err: onStderr };
-  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, progress, bytes,
+  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, models, progress, bytes,
                           stdout: (t) => sinks.out(t), stderr: (t) => sinks.err(t) });
   let queue = Promise.resolve();
   return {
@@ -121,7 +128,7 @@ async function bootHere({ indexURL, cdn, wheel, progress, bytes, onStdout, onStd
   };
 }
 
-function bootWorker({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr }) {
+function bootWorker({ indexURL, cdn, wheel, models, progress, bytes, onStdout, onStderr }) {
   const workerBytes = bytes(1);
   const w = new Worker(new URL("./ember-worker.js", import.meta.url), { type: "module" });
   const runs = new Map();
@@ -171,11 +178,11 @@ function bootWorker({ indexURL, cdn, wheel, progress, bytes, onStdout, onStderr 
         if (run) { runs.delete(m.id); run.reject(new Error(m.message)); } else fail(m.message);
       }
     };
-    w.postMessage({ type: "boot", indexURL, cdn, wheel, interrupt, packagesFromPage: !cdn });
+    w.postMessage({ type: "boot", indexURL, cdn, wheel, models, interrupt, packagesFromPage: !cdn });
     if (!cdn) {
       // fetched and unzipped here while the worker boots the runtime: this thread is idle then
       const meter = byteMeter(indexURL, bytes(0));
-      fetchPackages(indexURL, ["ember"], meter).then(
+      fetchPackages(indexURL, ["ember"], meter, models).then(
         (packages) => w.postMessage({ type: "packages", packages }, transferables(packages)),
         (e) => w.postMessage({ type: "packages", error: String(e?.message ?? e) }))
         .finally(() => meter.stop());

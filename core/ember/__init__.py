@@ -1,6 +1,6 @@
 """ember: a deep-learning framework after Rust's Burn, native and in the browser."""
 
-from . import autodiff, autotune, dtype, fusion, ops
+from . import autodiff, dtype, fusion, ops
 from .autodiff import Gradients, no_grad
 from .backend import default_backend, set_default_backend
 from .capture import JitError, jit
@@ -18,8 +18,9 @@ __all__ = [
 
 
 def __getattr__(name):
-    # `import ember; ember.nn` works without importing every subpackage at start-up
-    if name in ("nn", "optim", "record", "train", "data", "onnx", "models"):
+    # `import ember; ember.nn` works without importing every subpackage at start-up (autotune:
+    # json, tempfile, pathlib, threading: ~50 ms of a page's start in Pyodide)
+    if name in ("nn", "optim", "record", "train", "data", "onnx", "models", "autotune"):
         import importlib
 
         return importlib.import_module(f"ember.{name}")

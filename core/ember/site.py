@@ -252,6 +252,38 @@ def precompress(folder, skip=()):
             write_gzip(path, at_most=0.9)
 
 
+# The weights of ember.models: 3.4 MB of ember's 4.1 MB wheel, which only the pages that show a
+# model use. The site's copy of the wheel leaves them out; each is a file of its own beside it,
+# listed in the lock's `ember.weights`, and web/boot.js fetches those a page or its code needs.
+WEIGHTS_DIR = "ember/models/weights/"
+# The shared libraries that `import numpy, ember` loads: 3 of numpy's 15 (measured in Pyodide).
+# web/boot.js compiles and links only these at start-up, and Python's import loads any other
+# from the file system on its first use (numpy.random's, numpy.fft's, lapack_lite: 2.9 MB of
+# WebAssembly that no page needs to be ready). Written into the site's lock (`ember`).
+BOOT_LIBRARIES = r"^numpy/(_core/_multiarray_(umath|tests)|linalg/_umath_linalg)\.[^/]*\.so$"
+
+
+def split_weights(wheel, dest):
+    """Move ember.models' weights out of `wheel` (rewritten in place, its RECORD too) into
+    dest/ember-weights-<name>.safetensors; returns {name: {file_name, sha256}}."""
+    weights, tmp = {}, wheel.with_suffix(".tmp")
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(tmp, "w") as out:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.startswith(WEIGHTS_DIR) and info.filename.endswith(".safetensors"):
+                name = info.filename[len(WEIGHTS_DIR):-len(".safetensors")]
+                target = dest / f"ember-weights-{name}.safetensors"
+                target.write_bytes(data)
+                weights[name] = {"file_name": target.name, "sha256": sha256(target)}
+                continue
+            if info.filename.endswith(".dist-info/RECORD"):
+                data = b"".join(line for line in data.splitlines(keepends=True)
+                                if not line.startswith(WEIGHTS_DIR.encode()))
+            out.writestr(info, data)
+    tmp.replace(wheel)
+    return weights
+
+
 def lock_entry(wheel, name, version, imports, depends):
     return {"name": name, "version": version, "file_name": wheel.name, "install_dir": "site",
             "sha256": sha256(wheel), "package_type": "package", "imports": imports,
@@ -344,16 +376,21 @@ def pin_runtime(site_pyodide):
 
 
 BYTES_MARK = "const BOOT_BYTES = null;"
+WEIGHT_BYTES_MARK = "const WEIGHT_BYTES = {};"
 
 
-def point_at_pinned(ember_js, tag, boot_bytes=None):
+def point_at_pinned(ember_js, tag, boot_bytes=None, weight_bytes=None):
     """ember.js's default indexURL made the pinned runtime's; `boot_bytes` (what a boot loads
-    from there, as sent) written in for its progress bar."""
+    from there, as sent) and `weight_bytes` ({model: bytes of its weights}, where a page names
+    its models) written in for its progress bar."""
     text = ember_js.read_text()
-    if text.count(PIN_MARK) != 1 or text.count(BYTES_MARK) != 1:
+    if text.count(PIN_MARK) != 1 or text.count(BYTES_MARK) != 1 or (
+            weight_bytes is not None and text.count(WEIGHT_BYTES_MARK) != 1):
         raise SiteError(f"{ember_js}: expected one `{PIN_MARK}` (the default indexURL) to pin "
-                        f"and one `{BYTES_MARK}`")
+                        f"and one `{BYTES_MARK}` (and `{WEIGHT_BYTES_MARK}`)")
     text = text.replace(BYTES_MARK, f"const BOOT_BYTES = {json.dumps(boot_bytes)};")
+    if weight_bytes is not None:
+        text = text.replace(WEIGHT_BYTES_MARK, f"const WEIGHT_BYTES = {json.dumps(weight_bytes)};")
     ember_js.write_text(text.replace(PIN_MARK, f'new URL("../pyodide/{tag}/", import.meta.url)'))
 
 
@@ -688,13 +725,15 @@ def _build(out, root, fast_start, log):
     if fast_start:
         precompiled_ember(root, cache, stock, wheel, log)
         techniques += ["ember's wheel carries __pycache__ .pyc beside its sources"]
+    weights = split_weights(wheel, site_pyodide)
     packages = {}
     for n in names:
         entry = dict(lock["packages"][n])
         entry["sha256"] = sha256(site_pyodide / entry["file_name"])
         packages[n] = entry
     packages["ember"] = lock_entry(wheel, "ember", ember.__version__, ["ember"], ["numpy"])
-    site_lock = {"info": lock["info"], "packages": packages}
+    site_lock = {"info": lock["info"], "packages": packages,
+                 "ember": {"weights": weights, "boot_libraries": BOOT_LIBRARIES}}
     (site_pyodide / "pyodide-lock.json").write_text(json.dumps(site_lock, indent=1))
     for n in with_dependencies(site_lock, BOOT_PACKAGES):
         write_gzip(site_pyodide / packages[n]["file_name"])
@@ -715,7 +754,8 @@ def _build(out, root, fast_start, log):
                                                                               BOOT_PACKAGES)]
     point_at_pinned(out / "web" / "ember.js", tag, sum(sent_size(site_pyodide / f) for f in (
         "pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip",
-        "pyodide-lock.json", *boot_wheels)))
+        "pyodide-lock.json", *boot_wheels)), {n: sent_size(site_pyodide / w["file_name"])
+                                              for n, w in weights.items()})
     book = build_book(root, out / "book", log)
     # the examples that have a page (docs/examples/*/index.html), e.g. training in the browser
     for page in sorted((root / "docs" / "examples").glob("*/index.html")):
@@ -743,7 +783,8 @@ def _build(out, root, fast_start, log):
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
     precompress(out, skip=("pyodide",))
-    boot = [f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + boot_wheels
+    boot = ([f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + boot_wheels
+            + [w["file_name"] for w in weights.values()])
     write_service_worker(out, root, tag, boot)
     return info
 

@@ -125,6 +125,7 @@ export function startClassifier({ model, labels, top = labels.length, ranked = f
 
   const ember = loadEmber({
     worker: true,
+    models: [model], // its weights are fetched with the runtime (web/boot.js)
     onProgress: ({ stage }) => { if (stage !== "ready") setStatus(`loading: ${stage}`); },
   });
   let queue = Promise.resolve();
