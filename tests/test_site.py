@@ -578,6 +578,7 @@ def test_without_mkdocs_the_book_is_left_out_and_the_landing_page_says_how(tmp_p
 def test_the_service_worker_precaches_the_pages_and_a_rebuild_renames_its_cache(tmp_path):
     out = tmp_path / "site"
     for rel in ("index.html", "playground/index.html", "web/ember.js", "book/index.html",
+                "book/assets/javascripts/lunr/wordcut.js",
                 "pyscript/core.js", "pyscript/core.js.map", "pyscript/core.js.gz",
                 "pyodide/abcdef0123456789/pyodide.mjs"):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -590,8 +591,9 @@ def test_the_service_worker_precaches_the_pages_and_a_rebuild_renames_its_cache(
         return files, text.split('const BUILD = "')[1][:16]
 
     files, first = build()
-    # PyScript's scripts too (an unvisited PyScript page works offline), not its source maps
-    assert files == ["./", "playground/", "pyscript/core.js", "web/ember.js",
+    # PyScript's scripts and the book too (unvisited pages work offline), no source maps, not
+    # the search's other languages
+    assert files == ["book/", "./", "playground/", "pyscript/core.js", "web/ember.js",
                      "pyodide/abcdef0123456789/pyodide.mjs"]
     assert build()[1] == first  # the same build, the same cache
     (out / "book" / "index.html").write_text("a new chapter")

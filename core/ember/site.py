@@ -538,20 +538,22 @@ def add_book_script(page, root):
 
 # ---- offline: the service worker ------------------------------------------------------------
 SW_MARKS = ('"__EMBER_BUILD__"', '["__EMBER_PRECACHE__"]')
+BOOK_LUNR = "book/assets/javascripts/lunr/"  # the search's languages but English (1.9 MB)
 
 
 def write_service_worker(out, root, tag, boot_files):
     """out/sw.js from web/service-worker.js: its cache is named after a hash of the whole build
     (a rebuild with any change replaces the cache), and it precaches every page with its
-    scripts and styles (PyScript's too, not their source maps; not the book's 3.6 MB, kept as it
-    is read) plus the pinned runtime files of `boot_files` (what every page boots from)."""
+    scripts and styles (PyScript's and the book's too: 0.63 MB as sent; not their source maps
+    nor the search's other languages) plus the pinned runtime files of `boot_files` (what every
+    page boots from)."""
     keep, h = [], hashlib.sha256(tag.encode())
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         rel = path.relative_to(out).as_posix()
         if rel == "sw.js" or rel.startswith("pyodide/"):  # (the runtime: `tag` hashes it)
             continue
         h.update(f"{rel}\0{sha256(path)}\n".encode())
-        if not rel.startswith("book/") and not rel.endswith((".gz", ".map")):
+        if not rel.startswith(BOOK_LUNR) and not rel.endswith((".gz", ".map")):
             keep.append(rel[:-len("index.html")] or "./" if rel.endswith("index.html") else rel)
     text = (Path(root) / "web" / "service-worker.js").read_text()
     if any(text.count(m) != 1 for m in SW_MARKS):
