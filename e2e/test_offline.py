@@ -1,6 +1,7 @@
 """The site works offline after one visit (web/service-worker.js, written to /sw.js by
 `ember site`; web/offline.js registers it once a page is ready): a server of its own serves the
-built site, the playground is visited once, the server is shut down, and the playground (its
+built site, the playground is visited once, the server is stopped (SiteServer.stop: its kept-alive
+connections too), and the playground (its
 Python runs, a shipped model loads), the landing page, the drawing page and the browser-training
 page still load and reach `ready`.
 Only 127.0.0.1 is ever asked (OFFLINE_ARGS; the requests are listed)."""
@@ -24,8 +25,7 @@ def offline_page(browser, site_dir):
     pg.on("pageerror", lambda e: errors.append(str(e)))
     yield pg
     context.close()
-    srv.shutdown()  # (again: a no-op where the test stopped it)
-    srv.server_close()
+    srv.stop()  # (again: a no-op where the test stopped it)
     assert not errors, errors
     hosts = {urlparse(u).hostname for u in pg.urls if not u.startswith(("data:", "blob:"))}
     assert hosts <= {"127.0.0.1"}, hosts
@@ -37,8 +37,7 @@ def test_pages_load_and_run_with_the_server_gone(offline_page):
     pg.wait_for_function("() => navigator.serviceWorker.controller !== null")
     assert run_code(pg, "print(6 * 7)").startswith("42\n")
     assert pg.evaluate("() => caches.keys()")[0].startswith("ember-")
-    pg.server.shutdown()
-    pg.server.server_close()
+    pg.server.stop()  # its kept-alive connections too: the pages must come from the cache
     with pytest.raises(Exception):  # noqa: B017 (any network error: the server is gone)
         pg.request.get(pg.base + "playground/", timeout=5_000)
     pg.reload()

@@ -1,10 +1,10 @@
 """Every page of the site works offline after one visit (issue 25): the training page is visited
-once (the service worker precaches the site then), the server is shut down, and each page
-loads from the cache and does its work: the playground runs Python, the drawing page predicts a
-sample, the image page classifies one, the training page trains a few steps on cpu (its MNIST
-digits come from the cache) and stops, the browser-training example reaches ready, a book
-page opens. (Not yet: the PyScript page, whose runtime under /pyscript/ the service worker
-does not precache.) Only
+once (the service worker precaches the site then), the server is stopped (its kept-alive
+connections too: SiteServer.stop), and each page loads from the cache and does its work: the
+playground runs Python, the drawing page predicts a sample, the image page classifies one, the
+training page trains a few steps on cpu (its MNIST digits come from the cache) and stops, the
+browser-training example reaches ready, the PyScript page runs its `<script type="py">`, a
+book page opens. A visit to the landing page alone makes the offline copy too. Only
 127.0.0.1 is ever asked. (e2e/test_offline.py: a new build replaces the cache, COOP/COEP.)"""
 
 from urllib.parse import urlparse
@@ -36,11 +36,9 @@ def test_every_page_works_offline_after_one_visit(browser, site_dir):
     pg.on("request", lambda r: urls.append(r.url))
     pg.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        _open(pg, "demos/train/")  # the one visit (the landing page boots no ember: it
-        # registers no service worker)
+        _open(pg, "demos/train/")  # the one visit
         pg.wait_for_function("() => navigator.serviceWorker.controller !== null")
-        srv.shutdown()
-        srv.server_close()
+        srv.stop()
         with pytest.raises(Exception):  # noqa: B017 (any network error: the server is gone)
             pg.request.get(pg.base, timeout=5_000)
 
@@ -74,12 +72,35 @@ def test_every_page_works_offline_after_one_visit(browser, site_dir):
 
         _open(pg, "examples/browser-training/")
 
+        _open(pg, "demos/pyscript/")  # never visited: PyScript, micropip, the wheels, cached
+        assert pg.text_content("#output").startswith("gelu_custom(x) = Tensor(")
+
         pg.goto(pg.base + "book/tensors/")
         assert pg.title().startswith("Tensors")
     finally:
         context.close()
-        srv.shutdown()  # (a no-op where the test stopped it)
-        srv.server_close()
+        srv.stop()  # (a no-op where the test stopped it)
     assert not errors, errors
     hosts = {urlparse(u).hostname for u in urls if not u.startswith(("data:", "blob:"))}
     assert hosts <= {"127.0.0.1"}, hosts
+
+
+def test_a_visit_to_the_landing_page_alone_makes_the_offline_copy(browser, site_dir):
+    srv = site.SiteServer(site_dir).start()
+    context = browser.new_context()
+    pg = context.new_page()
+    pg.set_default_timeout(120_000)
+    pg.base, errors = srv.url, []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        pg.goto(pg.base)  # no ember boots here: web/offline.js registers the worker at once
+        pg.wait_for_function("() => navigator.serviceWorker.controller !== null")
+        srv.stop()
+        for _ in range(2):  # the second visit: PyScript installs from the lock it kept
+            _open(pg, "demos/pyscript/")
+            assert pg.text_content("#output").startswith("gelu_custom(x) = Tensor(")
+        _open(pg, "demos/mnist/")
+    finally:
+        context.close()
+        srv.stop()
+    assert not errors, errors

@@ -183,6 +183,15 @@ def test_ember_js_is_pointed_at_the_pinned_runtime(tmp_path):
         site.point_at_pinned(ember_js, "0123456789abcdef")  # already pinned: nothing to rewrite
 
 
+def test_the_pyscript_page_is_pointed_at_the_pinned_runtime(tmp_path):
+    page = tmp_path / "index.html"
+    page.write_text((ROOT / "demos" / "pyscript" / "index.html").read_text())
+    site.pin_pyscript_page(page, "0123456789abcdef")
+    assert '"interpreter": "../../pyodide/0123456789abcdef/pyodide.mjs"' in page.read_text()
+    with pytest.raises(site.SiteError, match="to pin"):
+        site.pin_pyscript_page(page, "0123456789abcdef")  # already pinned: nothing to rewrite
+
+
 def test_connections_are_kept_alive(served):
     import http.client
     conn = http.client.HTTPConnection("127.0.0.1", served.server_address[1])
@@ -190,6 +199,18 @@ def test_connections_are_kept_alive(served):
         conn.request("GET", "/m.mjs")
         r = conn.getresponse()
         assert r.status == 200 and r.read() == b"export {};"
+    conn.close()
+
+
+def test_a_stopped_server_answers_no_kept_alive_connection_either(served):
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", served.server_address[1], timeout=5)
+    conn.request("GET", "/m.mjs")
+    assert conn.getresponse().read() == b"export {};"
+    served.stop()  # shutdown() alone would leave this connection served (the offline e2e)
+    with pytest.raises((http.client.HTTPException, OSError)):
+        conn.request("GET", "/m.mjs")
+        conn.getresponse()
     conn.close()
 
 def test_examples_are_ordered_and_titled():
@@ -236,6 +257,8 @@ def test_landing_page_shows_the_built_pages_as_cards(tmp_path):
     assert "<p>An MNIST ConvNet reads your handwriting" in cards[0]
     assert ">Playground</a><p>" in cards[1] and ">A &lt;new&gt; page</a></li>" in cards[2]
     assert 'href="pyscript/"' not in text  # (the runtime's folder, not a page)
+    # a visit to this page alone makes the site's offline copy (it boots no ember.js)
+    assert 'import { registerOffline } from "./web/offline.js";\nregisterOffline();' in text
     assert "deep-learning framework in Python after Rust's Burn" in text
 
 
@@ -555,7 +578,9 @@ def test_without_mkdocs_the_book_is_left_out_and_the_landing_page_says_how(tmp_p
 def test_the_service_worker_precaches_the_pages_and_a_rebuild_renames_its_cache(tmp_path):
     out = tmp_path / "site"
     for rel in ("index.html", "playground/index.html", "web/ember.js", "book/index.html",
-                "pyscript/core.js", "pyodide/abcdef0123456789/pyodide.mjs"):
+                "book/assets/javascripts/lunr/wordcut.js",
+                "pyscript/core.js", "pyscript/core.js.map", "pyscript/core.js.gz",
+                "pyodide/abcdef0123456789/pyodide.mjs"):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(rel)
 
@@ -566,7 +591,10 @@ def test_the_service_worker_precaches_the_pages_and_a_rebuild_renames_its_cache(
         return files, text.split('const BUILD = "')[1][:16]
 
     files, first = build()
-    assert files == ["./", "playground/", "web/ember.js", "pyodide/abcdef0123456789/pyodide.mjs"]
+    # PyScript's scripts and the book too (unvisited pages work offline), no source maps, not
+    # the search's other languages
+    assert files == ["book/", "./", "playground/", "pyscript/core.js", "web/ember.js",
+                     "pyodide/abcdef0123456789/pyodide.mjs"]
     assert build()[1] == first  # the same build, the same cache
     (out / "book" / "index.html").write_text("a new chapter")
     assert build()[1] != first  # any change: a new cache (the old one goes on activate)

@@ -1,10 +1,10 @@
 // The site's service worker: `ember site` writes it to /sw.js with BUILD (a hash of the build)
-// and PRECACHE (the pages, their scripts and styles, and the runtime files every page boots
-// from) filled in; web/offline.js registers it once a page is ready. After one visit every page
-// works with the server gone: the runtime under /pyodide/<tag>/ (whose URLs never change
-// meaning) comes from the cache first, everything else from the network first, the cache when
-// the network fails. Each response that passes is kept. A new build is a new cache; the old
-// one is deleted when the new worker takes over.
+// and PRECACHE (the pages, their scripts and styles, PyScript's, and the runtime files every
+// page boots from) filled in; web/offline.js registers it once a page is ready (the landing
+// page: at once). After one visit every page works with the server gone: the runtime under
+// /pyodide/<tag>/ (whose URLs never change meaning) comes from the cache first, everything
+// else from the network first, the cache when the network fails. Each response that passes is
+// kept. A new build is a new cache; the old one is deleted when the new worker takes over.
 const BUILD = "__EMBER_BUILD__";
 const PRECACHE = ["__EMBER_PRECACHE__"];
 const CACHE = `ember-${BUILD}`;
@@ -39,9 +39,20 @@ self.addEventListener("fetch", (event) => {
   else if (online !== true) event.respondWith(cacheFirst(event));
 });
 
+// Pyodide's loadPackage (PyScript's) asks for a boot wheel by its plain name, which the server
+// sends from <wheel>.gz with Content-Encoding: gzip; the cache holds that .gz as web/boot.js
+// fetched it (gzip bytes, no Content-Encoding), so a plain name is answered from it unpacked
+// here rather than precaching the same 4.3 MB again.
 async function cacheFirst(event) {
   const cache = await caches.open(CACHE);
-  return (await cache.match(event.request)) ?? fetchAndKeep(event, cache);
+  const url = event.request.url;
+  const hit = await cache.match(event.request);
+  const gz = !hit && url.endsWith(".whl") && await cache.match(`${url}.gz`);
+  if (gz) {
+    return new Response(gz.body.pipeThrough(new DecompressionStream("gzip")),
+                        { headers: { "Content-Type": "application/zip" } });
+  }
+  return hit ?? fetchAndKeep(event, cache);
 }
 
 async function networkFirst(event) {

