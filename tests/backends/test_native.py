@@ -394,7 +394,7 @@ def test_matmul_parts_match_numpy(lib, monkeypatch, a_shape, b_shape, dtype):
 @needs_cc
 @pytest.mark.skipif(sys.platform != "linux", reason="finds OpenBLAS through /proc")
 def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
-    """An instance with no thread cap leaves a GEMM to OpenBLAS's own threads; one capped
+    """An instance with no thread cap leaves a large GEMM to OpenBLAS's own threads; one capped
     (a data-parallel replica: NdArray(threads=...)) splits it over the pool with OpenBLAS
     single-threaded (its spinning workers would take the other replicas' cores); NumPy code
     outside them keeps OpenBLAS's own thread count."""
@@ -415,8 +415,14 @@ def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
         monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
         a = np.ones((64, 64), np.float32)
         native.matmul(a[:8, :8], a[:8, :8])  # small: OpenBLAS's calling thread anyway
-        native.matmul(a, a)  # no cap: OpenBLAS's threads
+        monkeypatch.setattr(native, "OWN_BLAS_FROM", 64 ** 3)
+        native.matmul(a, a)  # no cap, a large product: OpenBLAS's threads
         assert seen == [2, 2]
+        seen.clear()
+        monkeypatch.setattr(native, "OWN_BLAS_FROM", 64 ** 3 + 1)
+        native.matmul(a, a)  # no cap, a smaller product: split over the pool
+        assert seen and set(seen) == {1}
+        assert get_threads() == 2
         seen.clear()
         with kernels.using(native.Native(threads=2)):
             native.matmul(a, a)  # split over the pool

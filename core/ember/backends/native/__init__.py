@@ -270,8 +270,7 @@ class Native(kernels.Kernels):
         self.threads = threads  # at most this many of the pool's threads per op (None: all)
 
     def matmul(self, a, b):
-        # uncapped, OpenBLAS's own threads compute it (see matmul): no checks to pay per call
-        return matmul(a, b) if self.threads is not None and _ready() else np.matmul(a, b)
+        return matmul(a, b) if _ready() else np.matmul(a, b)
 
     def gelu(self, x, out=None):
         return gelu(x, out) if _ready() else None
@@ -370,6 +369,11 @@ _BLAS_THREADS_FROM = 1 << 18
 # convolutions (stride 2, groups) make many products of a few million (measured no faster
 # split, on 2 cores). MNIST's Linear 11616 -> 32 at batch 64 is 24M.
 MIN_PARALLEL_GEMM = 1 << 24
+# An instance with no thread cap leaves products from this many multiply-adds to OpenBLAS's own
+# threads. Smaller ones split over the pool with OpenBLAS single-threaded: its workers, woken
+# by one GEMM, busy-wait ~0.1 s after it and took a core from the convolutions that follow
+# (MNIST's train step, 3 GEMMs of 24M: 2x its CPU time on 2 cores, the same wall time as 1)
+OWN_BLAS_FROM = 1 << 27
 _blas_lock = threading.Lock()
 _blas_users = 0     # ember's GEMMs running now (any thread)
 _blas_threads = 1   # OpenBLAS's thread count before the first of them set it to 1
@@ -401,10 +405,11 @@ def matmul(a, b):
     if a.dtype not in _BLAS_DTYPES or b.dtype not in _BLAS_DTYPES or a.ndim < 2 or (
             b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] < _BLAS_THREADS_FROM):
         return np.matmul(a, b)  # (no BLAS, or one that runs on the calling thread anyway)
-    if getattr(kernels.active(), "threads", None) is None:
-        # no cap on this instance's threads: the BLAS's own threads beat splitting the product
-        # over the pool (H200 host, 1024^3: the split was 1.41x NumPy's time on 2 cores, 5.4x
-        # on 16, where the pool stops at 8 threads of a single-threaded BLAS)
+    if getattr(kernels.active(), "threads", None) is None and (
+            max(a.size * b.shape[-1], b.size * a.shape[-2]) >= OWN_BLAS_FROM):
+        # no cap on this instance's threads: for a large product the BLAS's own threads beat
+        # splitting it over the pool (H200 host, 1024^3: the split was 1.41x NumPy's time on
+        # 2 cores, 5.4x on 16, where the pool stops at 8 threads of a single-threaded BLAS)
         return np.matmul(a, b)
     _blas_single(True)
     try:
