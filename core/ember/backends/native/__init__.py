@@ -367,8 +367,8 @@ _BLAS_THREADS_FROM = 1 << 18
 # Products from this many multiply-adds are split over the pool; smaller ones run whole on the
 # calling thread: a hand-off to the pool costs tens of microseconds, and the NumPy path's
 # convolutions (stride 2, groups) make many products of a few million (measured no faster
-# split, on 2 cores). MNIST's Linear 11616 -> 32 at batch 64 is 24M.
-MIN_PARALLEL_GEMM = 1 << 24
+# split, on 2 cores). MNIST's Linear 11616 -> 32 at batch 64 is 24M, the MLP's 784 -> 256 12.8M.
+MIN_PARALLEL_GEMM = 1 << 23
 # An instance with no thread cap leaves products from this many multiply-adds to OpenBLAS's own
 # threads. Smaller ones split over the pool with OpenBLAS single-threaded: its workers, woken
 # by one GEMM, busy-wait ~0.1 s after it and took a core from the convolutions that follow
