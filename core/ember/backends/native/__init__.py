@@ -270,7 +270,9 @@ class Native(kernels.Kernels):
         self.threads = threads  # at most this many of the pool's threads per op (None: all)
 
     def matmul(self, a, b):
-        return matmul(a, b) if _ready() else np.matmul(a, b)
+        # (a tiny product straight to NumPy, as matmul would: no checks to pay per call)
+        small = a.size * b.size < _BLAS_THREADS_FROM
+        return np.matmul(a, b) if small or not _ready() else matmul(a, b)
 
     def gelu(self, x, out=None):
         return gelu(x, out) if _ready() else None
