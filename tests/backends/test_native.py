@@ -115,6 +115,21 @@ def test_gelu_grad_matches_exact_and_numpy(lib):
 
 
 @needs_cc
+def test_gelu_split_over_the_pool_matches_one_thread(lib, monkeypatch):
+    x = np.linspace(-6, 6, 10_007).astype(np.float32)  # parts not a multiple of a vector
+    g = np.random.default_rng(1).standard_normal(x.shape).astype(np.float32)
+    whole, whole_grad = native.gelu(x), native.gelu_grad(g, x)
+    monkeypatch.setattr(native, "MIN_PARALLEL_ELEMENTS", 1000)
+    monkeypatch.setattr(native, "THREADS", 3)
+    out = np.full_like(x, np.nan)
+    assert native.gelu(x, out) is out
+    np.testing.assert_array_equal(out, whole)
+    np.testing.assert_array_equal(native.gelu_grad(g, x), whole_grad)
+    with kernels.using(native.Native(threads=1)):  # a capped instance: its thread alone
+        np.testing.assert_array_equal(native.gelu(x), whole)
+
+
+@needs_cc
 def test_special_values_as_numpy(lib):
     with np.errstate(all="ignore"):
         want = numpy_gelu(SPECIAL)
@@ -394,7 +409,7 @@ def test_matmul_parts_match_numpy(lib, monkeypatch, a_shape, b_shape, dtype):
 @needs_cc
 @pytest.mark.skipif(sys.platform != "linux", reason="finds OpenBLAS through /proc")
 def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
-    """An instance with no thread cap leaves a GEMM to OpenBLAS's own threads; one capped
+    """An instance with no thread cap leaves a large GEMM to OpenBLAS's own threads; one capped
     (a data-parallel replica: NdArray(threads=...)) splits it over the pool with OpenBLAS
     single-threaded (its spinning workers would take the other replicas' cores); NumPy code
     outside them keeps OpenBLAS's own thread count."""
@@ -415,8 +430,14 @@ def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
         monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
         a = np.ones((64, 64), np.float32)
         native.matmul(a[:8, :8], a[:8, :8])  # small: OpenBLAS's calling thread anyway
-        native.matmul(a, a)  # no cap: OpenBLAS's threads
+        monkeypatch.setattr(native, "OWN_BLAS_FROM", 64 ** 3)
+        native.matmul(a, a)  # no cap, a large product: OpenBLAS's threads
         assert seen == [2, 2]
+        seen.clear()
+        monkeypatch.setattr(native, "OWN_BLAS_FROM", 64 ** 3 + 1)
+        native.matmul(a, a)  # no cap, a smaller product: split over the pool
+        assert seen and set(seen) == {1}
+        assert get_threads() == 2
         seen.clear()
         with kernels.using(native.Native(threads=2)):
             native.matmul(a, a)  # split over the pool

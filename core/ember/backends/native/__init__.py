@@ -270,8 +270,9 @@ class Native(kernels.Kernels):
         self.threads = threads  # at most this many of the pool's threads per op (None: all)
 
     def matmul(self, a, b):
-        # uncapped, OpenBLAS's own threads compute it (see matmul): no checks to pay per call
-        return matmul(a, b) if self.threads is not None and _ready() else np.matmul(a, b)
+        # (a tiny product straight to NumPy, as matmul would: no checks to pay per call)
+        small = a.size * b.size < _BLAS_THREADS_FROM
+        return np.matmul(a, b) if small or not _ready() else matmul(a, b)
 
     def gelu(self, x, out=None):
         return gelu(x, out) if _ready() else None
@@ -368,8 +369,13 @@ _BLAS_THREADS_FROM = 1 << 18
 # Products from this many multiply-adds are split over the pool; smaller ones run whole on the
 # calling thread: a hand-off to the pool costs tens of microseconds, and the NumPy path's
 # convolutions (stride 2, groups) make many products of a few million (measured no faster
-# split, on 2 cores). MNIST's Linear 11616 -> 32 at batch 64 is 24M.
-MIN_PARALLEL_GEMM = 1 << 24
+# split, on 2 cores). MNIST's Linear 11616 -> 32 at batch 64 is 24M, the MLP's 784 -> 256 12.8M.
+MIN_PARALLEL_GEMM = 1 << 23
+# An instance with no thread cap leaves products from this many multiply-adds to OpenBLAS's own
+# threads. Smaller ones split over the pool with OpenBLAS single-threaded: its workers, woken
+# by one GEMM, busy-wait ~0.1 s after it and took a core from the convolutions that follow
+# (MNIST's train step, 3 GEMMs of 24M: 2x its CPU time on 2 cores, the same wall time as 1)
+OWN_BLAS_FROM = 1 << 27
 _blas_lock = threading.Lock()
 _blas_users = 0     # ember's GEMMs running now (any thread)
 _blas_threads = 1   # OpenBLAS's thread count before the first of them set it to 1
@@ -401,10 +407,11 @@ def matmul(a, b):
     if a.dtype not in _BLAS_DTYPES or b.dtype not in _BLAS_DTYPES or a.ndim < 2 or (
             b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] < _BLAS_THREADS_FROM):
         return np.matmul(a, b)  # (no BLAS, or one that runs on the calling thread anyway)
-    if getattr(kernels.active(), "threads", None) is None:
-        # no cap on this instance's threads: the BLAS's own threads beat splitting the product
-        # over the pool (H200 host, 1024^3: the split was 1.41x NumPy's time on 2 cores, 5.4x
-        # on 16, where the pool stops at 8 threads of a single-threaded BLAS)
+    if getattr(kernels.active(), "threads", None) is None and (
+            max(a.size * b.shape[-1], b.size * a.shape[-2]) >= OWN_BLAS_FROM):
+        # no cap on this instance's threads: for a large product the BLAS's own threads beat
+        # splitting it over the pool (H200 host, 1024^3: the split was 1.41x NumPy's time on
+        # 2 cores, 5.4x on 16, where the pool stops at 8 threads of a single-threaded BLAS)
         return np.matmul(a, b)
     _blas_single(True)
     try:
@@ -443,6 +450,21 @@ def _matmul(a, b):
 
 
 # ---- elementwise ----------------------------------------------------------------------
+# GELU (~20 flops an element) over this many elements or more runs on the pool's threads: the
+# hand-off costs tens of microseconds (the MNIST model's activations are 0.35-0.74M)
+MIN_PARALLEL_ELEMENTS = 1 << 17
+
+
+def _split(n, run):
+    """run(i, j) over the elements [i, j) of [0, n), cut over the pool from
+    MIN_PARALLEL_ELEMENTS (ctypes releases the GIL), else on the calling thread whole."""
+    k = min(_threads(), n // MIN_PARALLEL_ELEMENTS)
+    if k > 1:
+        _parallel(lambda _, i, j: run(i, j), n, k)
+    else:
+        run(0, n)
+
+
 def _fits(a):
     return a.dtype == _F32 and a.flags.c_contiguous
 
@@ -452,7 +474,8 @@ def gelu(x, out=None):
         return None
     if out is None:
         out = np.empty(x.shape, _F32)
-    _lib.gelu_f32(x.ctypes.data, out.ctypes.data, x.size, _PQ.ctypes.data)
+    xp, op, pq = x.ctypes.data, out.ctypes.data, _PQ.ctypes.data
+    _split(x.size, lambda i, j: _lib.gelu_f32(xp + 4 * i, op + 4 * i, j - i, pq))
     return out
 
 
@@ -462,7 +485,8 @@ def gelu_grad(g, x, out=None):
         return None
     if out is None:
         out = np.empty(x.shape, _F32)
-    _lib.gelu_grad_f32(g.ctypes.data, x.ctypes.data, out.ctypes.data, x.size, _PQ.ctypes.data)
+    gp, xp, op, pq = g.ctypes.data, x.ctypes.data, out.ctypes.data, _PQ.ctypes.data
+    _split(x.size, lambda i, j: _lib.gelu_grad_f32(gp + 4 * i, xp + 4 * i, op + 4 * i, j - i, pq))
     return out
 
 
