@@ -115,21 +115,6 @@ def test_gelu_grad_matches_exact_and_numpy(lib):
 
 
 @needs_cc
-def test_gelu_split_over_the_pool_matches_one_thread(lib, monkeypatch):
-    x = np.linspace(-6, 6, 10_007).astype(np.float32)  # parts not a multiple of a vector
-    g = np.random.default_rng(1).standard_normal(x.shape).astype(np.float32)
-    whole, whole_grad = native.gelu(x), native.gelu_grad(g, x)
-    monkeypatch.setattr(native, "MIN_PARALLEL_ELEMENTS", 1000)
-    monkeypatch.setattr(native, "THREADS", 3)
-    out = np.full_like(x, np.nan)
-    assert native.gelu(x, out) is out
-    np.testing.assert_array_equal(out, whole)
-    np.testing.assert_array_equal(native.gelu_grad(g, x), whole_grad)
-    with kernels.using(native.Native(threads=1)):  # a capped instance: its thread alone
-        np.testing.assert_array_equal(native.gelu(x), whole)
-
-
-@needs_cc
 def test_special_values_as_numpy(lib):
     with np.errstate(all="ignore"):
         want = numpy_gelu(SPECIAL)

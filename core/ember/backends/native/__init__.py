@@ -450,21 +450,6 @@ def _matmul(a, b):
 
 
 # ---- elementwise ----------------------------------------------------------------------
-# GELU (~20 flops an element) over this many elements or more runs on the pool's threads: the
-# hand-off costs tens of microseconds (the MNIST model's activations are 0.35-0.74M)
-MIN_PARALLEL_ELEMENTS = 1 << 17
-
-
-def _split(n, run):
-    """run(i, j) over the elements [i, j) of [0, n), cut over the pool from
-    MIN_PARALLEL_ELEMENTS (ctypes releases the GIL), else on the calling thread whole."""
-    k = min(_threads(), n // MIN_PARALLEL_ELEMENTS)
-    if k > 1:
-        _parallel(lambda _, i, j: run(i, j), n, k)
-    else:
-        run(0, n)
-
-
 def _fits(a):
     return a.dtype == _F32 and a.flags.c_contiguous
 
@@ -474,8 +459,7 @@ def gelu(x, out=None):
         return None
     if out is None:
         out = np.empty(x.shape, _F32)
-    xp, op, pq = x.ctypes.data, out.ctypes.data, _PQ.ctypes.data
-    _split(x.size, lambda i, j: _lib.gelu_f32(xp + 4 * i, op + 4 * i, j - i, pq))
+    _lib.gelu_f32(x.ctypes.data, out.ctypes.data, x.size, _PQ.ctypes.data)
     return out
 
 
@@ -485,8 +469,7 @@ def gelu_grad(g, x, out=None):
         return None
     if out is None:
         out = np.empty(x.shape, _F32)
-    gp, xp, op, pq = g.ctypes.data, x.ctypes.data, out.ctypes.data, _PQ.ctypes.data
-    _split(x.size, lambda i, j: _lib.gelu_grad_f32(gp + 4 * i, xp + 4 * i, op + 4 * i, j - i, pq))
+    _lib.gelu_grad_f32(g.ctypes.data, x.ctypes.data, out.ctypes.data, x.size, _PQ.ctypes.data)
     return out
 
 
