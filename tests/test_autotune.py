@@ -236,6 +236,7 @@ def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
     # a narrow C (a classifier's 10 classes) is offered the kernel that splits k, after the default
     assert runners._matmul_kernels(gpu, False, 256, 10, 128, 1, None) == ["scalar", "narrow"]
     assert runners._matmul_kernels(gpu, True, 256, 8, 128, 1, None)[-1] == "narrow"
+    assert runners._matmul_kernels(gpu, False, 256, 10, 128, 1, "a block") == ["scalar"]
 
 
 REDUCTIONS = [((37, 1029), (1,)), ((1029, 37), (0,)), ((5, 300, 7), (0, 2)), ((4100,), (0,))]
