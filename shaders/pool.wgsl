@@ -3,12 +3,9 @@
 // (RESULT: best_at or best; OUT its type): the first maximum wins a tie, a NaN beats any number
 // and the last NaN of a window wins (as PyTorch's CUDA and CPU kernels).
 // Window rows r * sh - ph + i * dh outside the input are skipped. One invocation per output.
-// The window's shape, strides, padding and dilation are constants of the shader (one pipeline
-// per pooling): its loops unroll and an invocation's loads are issued together, not one after
-// another (a 2x2 pool ran 2.5x a relu over the same input on the H200 with them read from info).
 //
 // info: [0] N*C [1] H [2] W [3] OH [4] OW [5] KH [6] KW [7] sh [8] sw [9] ph [10] pw
-//       [11] dh [12] dw [13] x's offset (the constants: KH .. DW).  T: f32 or i32.
+//       [11] dh [12] dw [13] x's offset.  T: f32 or i32.
 //! include views.wgsl
 //! include lib.wgsl
 
@@ -33,13 +30,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var best_at = -1;
     var best: ${T};
     var nan = false;
-    for (var ki = 0; ki < ${KH}; ki++) {
-        let r = oh * ${SH} - ${PH} + ki * ${DH};
+    for (var ki = 0; ki < info[5]; ki++) {
+        let r = oh * info[7] - info[9] + ki * info[11];
         if (r < 0 || r >= H) {
             continue;
         }
-        for (var kj = 0; kj < ${KW}; kj++) {
-            let q = ow * ${SW} - ${PW} + kj * ${DW};
+        for (var kj = 0; kj < info[6]; kj++) {
+            let q = ow * info[8] - info[10] + kj * info[12];
             if (q < 0 || q >= W) {
                 continue;
             }

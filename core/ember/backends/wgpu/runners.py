@@ -1222,10 +1222,9 @@ def _max_pool2d_runner(values):
         _, _, h, w = x.shape
         words = [shape[0] * shape[1], h, w, shape[2], shape[3], *attrs["kernel"],
                  *attrs["stride"], *attrs["padding"], *attrs["dilation"], x.offset]
-        window = dict(zip(("KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW"), words[5:13]))
-        k = compile_kernel(be.device, (name, x.dtype, *words[5:13]), name, lambda: (render(
+        k = compile_kernel(be.device, (name, x.dtype), name, lambda: (render(
             "pool.wgsl", T=STORAGE[x.dtype], OUT=STORAGE[dtype],
-            RESULT="best" if values else "best_at", **window,
+            RESULT="best" if values else "best_at",
             NAN="is_nan(v)" if x.dtype == "float32" else "false"), "main", ("w", "r")))
         be.device.dispatch(k, (out.storage.gpu, x.storage.gpu), words, groups_1d(n), be.cache)
         if not values:
