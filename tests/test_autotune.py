@@ -181,7 +181,7 @@ AWKWARD = [((37, 132), (132, 20)), ((2, 3, 67, 40), (40, 68)), ((129, 1028), (10
 
 def _tile_candidates():
     from ember.backends.wgpu import runners
-    return [*runners.MATMUL_TILES, "t64x64k32/s3", "t128x128k16/s2", "t32x128k16/s16"]
+    return [*runners.MATMUL_TILES, "t64x64k32/s3", "t128x128k16/s2", "t32x128k16/s16", "narrow"]
 
 
 @pytest.mark.parametrize("cand", _tile_candidates())
@@ -198,7 +198,7 @@ def test_every_matmul_candidate_gives_the_fallbacks_result(wgpu_backend, monkeyp
         np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("cand", ["t128x64k16", "t64x64k32/s2"])  # /s2: split-k falls back
+@pytest.mark.parametrize("cand", ["t128x64k16", "t64x64k32/s2", "narrow"])  # /s2: falls back
 def test_matmul_candidates_run_a_fused_epilogue(wgpu_backend, monkeypatch, cand):
     monkeypatch.setenv("EMBER_AUTOTUNE", "0")
     monkeypatch.setenv("EMBER_WGPU_MATMUL", cand)
@@ -233,6 +233,10 @@ def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
     assert not any("/s" in c for c in runners._matmul_kernels(gpu, True, 4096, 4096, 4096, 1,
                                                               None))
     assert runners._matmul_kernels(gpu, False, 64, 64, 64, 1, None) == ["scalar"]
+    # a narrow C (a classifier's 10 classes) is offered the kernel that splits k, after the default
+    assert runners._matmul_kernels(gpu, False, 256, 10, 128, 1, None) == ["scalar", "narrow"]
+    assert runners._matmul_kernels(gpu, True, 256, 8, 128, 1, None)[-1] == "narrow"
+    assert runners._matmul_kernels(gpu, False, 256, 10, 128, 1, "a block") == ["scalar"]
 
 
 REDUCTIONS = [((37, 1029), (1,)), ((1029, 37), (0,)), ((5, 300, 7), (0, 2)), ((4100,), (0,))]
@@ -279,7 +283,7 @@ def test_a_long_reduction_is_tuned(wgpu_backend):
     assert [e for e in autotune.stats()["tuned"] if e.startswith("wgpu.reduce|")]
 
 
-@pytest.mark.parametrize("cand", ["d64x128k8", "t64x64k32/s3"])
+@pytest.mark.parametrize("cand", ["d64x128k8", "t64x64k32/s3", "narrow"])
 def test_matmul_candidates_multiply_int32(wgpu_backend, monkeypatch, cand):
     from ember import Tensor
     monkeypatch.setenv("EMBER_AUTOTUNE", "0")

@@ -146,13 +146,13 @@ def test_matmul_shapes_and_ints():
 
 
 
-@pytest.mark.parametrize("kernel", ["scalar", "vec4", "tiled"])
+@pytest.mark.parametrize("kernel", ["scalar", "vec4", "tiled", "narrow"])
 def test_every_matmul_kernel_on_edges_batches_and_views(monkeypatch, kernel):
     """Each kernel forced (a CPU adapter would pick vec4): sizes across the 128x128 tiles and
     the BK=32 steps of "tiled" (matmul_tile.wgsl), broadcast batches, an operand at an offset."""
     monkeypatch.setenv("EMBER_WGPU_MATMUL", kernel)
     rng = np.random.default_rng(4)
-    for (m, k, n) in [(4, 4, 4), (129, 36, 132), (130, 68, 260), (3, 100, 8)]:
+    for (m, k, n) in [(4, 4, 4), (129, 36, 132), (130, 68, 260), (3, 100, 8), (70, 130, 10)]:
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         np.testing.assert_allclose((t(a) @ t(b)).to_numpy(), a @ b, rtol=1e-4, atol=1e-4)

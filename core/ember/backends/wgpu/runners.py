@@ -789,7 +789,8 @@ def _submit_big(be, n):
 
 
 # ---- matmul -------------------------------------------------------------------------------------
-MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64)}
+MATMUL_KERNELS = {"scalar": ("matmul.wgsl", 32), "vec4": ("matmul_vec4.wgsl", 64),
+                  "narrow": ("matmul_narrow.wgsl", 4)}  # name -> (file, C's rows/cols a group)
 # matmul_tile.wgsl's shapes: name -> (WX, WY, RA, TN, BK): WX x WY invocations, each 4 RA rows
 # by 4 TN columns of a (4 RA WY) x (4 TN WX) tile, BK steps of k; "d": double-buffered. The
 # workgroup memory each needs (_tile_bytes) is checked against the device's: 16 KiB is what
@@ -895,18 +896,22 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
                              "split-k)")
         if epilogue is not None:  # split-k has no epilogue: the tile alone
             forced = forced.partition("/s")[0]
-        return [forced if vec4 or forced == "scalar" else "scalar"]
+        return [forced if vec4 or forced in ("scalar", "narrow") else "scalar"]
+    # few columns (a classifier's head): the others give it a handful of invocations. Not yet
+    # with an epilogue: in the one H200 run that offered it there, Fusion's inference plan did
+    # not compile (cause not found, not seen on lavapipe; the epilogue is tested, forced)
+    narrow = ["narrow"] if N <= 32 and M <= 4 * 65535 and epilogue is None else []
     if not vec4:
-        return ["scalar"]
+        return ["scalar", *narrow]
     # "tiled" stages 32 KiB of workgroup memory; a device at WebGPU's default limit (16 KiB:
     # many browsers and phones) takes the tile of its shape that fits instead
     room = be.device.bridge.limits.get("workgroup_storage", 1 << 15)
     fits = [t for t in MATMUL_TILES if _tile_bytes(t) <= room]
     tiled = "tiled" if "tiled" in fits else "t128x128k16"
     if be.device.bridge.is_cpu:
-        return ["vec4", tiled, "scalar"]
+        return ["vec4", tiled, "scalar", *narrow]
     first = [tiled, "vec4"] if M >= 64 and N >= 64 else ["vec4", tiled]
-    out = list(dict.fromkeys(first + fits))  # (scalar: 2-4x the slowest tile on the H200)
+    out = list(dict.fromkeys(first + fits + narrow))  # (scalar: 2-4x the slowest tile on the H200)
     tiles = nb * -(-M // 128) * -(-N // 128)
     if epilogue is None and tiles <= 256 and K >= 1024:  # few tiles, long k: split it
         out += [f"{t}/s{s}" for t in ("t32x128k16", "t64x64k16", "t64x128k16", "t128x128k16",
@@ -985,7 +990,7 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
         def build():
             epilogue = epilogue_source(
                 block, [x.dtype for x in block.leaves] if block else None,
-                ids if block else (), producer, choice != "scalar", STORAGE[dtype])
+                ids if block else (), producer, choice not in ("scalar", "narrow"), STORAGE[dtype])
             return (_tile_source(tile[0], STORAGE[dtype], epilogue) if tile else render(
                 name, T=STORAGE[dtype], EPILOGUE=epilogue), "main", ("w", "r", "r") + (
                 "w",) * (len(into) - 1) + ("r",) * (len(ids) if block else 0))
