@@ -309,3 +309,36 @@ def test_a_device_of_16_kib_multiplies_with_its_default_tile(wgpu_backend, monke
     a, b = (rng.standard_normal(s, dtype=np.float32) for s in ((200, 100), (100, 300)))
     got = (Tensor.from_data(a, backend=wgpu_backend) @ Tensor.from_data(b, backend=wgpu_backend))
     np.testing.assert_allclose(got.to_numpy(), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_key_met_first_while_a_plan_records_takes_the_default_and_is_tuned_later(fresh):
+    f = Family({"default": 0.004, "fast": 0.0005})
+
+    def choose(measurable):
+        return autotune.choose("test.family", ("dev", 64), list(f.costs), f.run, lambda x: x,
+                               lambda: None, measurable=measurable)
+    assert choose(False) == "default" and f.runs == [] and autotune.stats()["tuned"] == []
+    assert choose(True) == "fast" and f.runs  # the next eager call tunes it
+    f.runs.clear()
+    assert choose(False) == "fast" and f.runs == []  # a known key: its winner, recording or not
+
+
+def test_a_wgpu_recording_chooses_an_untuned_kernel_without_reading_back(wgpu_backend, fresh,
+                                                                         monkeypatch):
+    """Wgpu runs a product inside a plan's recording (Device.recording: reads refuse) whose
+    key nothing tuned yet: the default kernel is recorded instead of the recording failing."""
+    from ember import Tensor
+    from ember.backends.wgpu.plan import Recording
+    B = wgpu_backend
+    monkeypatch.setattr(B.device.bridge, "is_cpu", False)  # (the GPU's candidates: several)
+    rng = np.random.default_rng(3)
+    a, b = (Tensor.from_data(rng.standard_normal(s, dtype=np.float32), backend=B)
+            for s in ((72, 40), (40, 136)))
+    B.sync()
+    with B.device.lock:
+        B.device.recording = rec = Recording()
+        try:
+            _ = a @ b  # (recorded, not run)
+        finally:
+            B.device.recording = None
+    assert rec.commands and autotune.stats()["tuned"] == []

@@ -93,13 +93,16 @@ def _write(path, entry, winner):
                       stacklevel=4)
 
 
-def choose(family, key, candidates, run, read, sync, samples=3, repeats=False):
+def choose(family, key, candidates, run, read, sync, samples=3, repeats=False,
+           measurable=True):
     """The candidate to use for `key`: candidates[0] when tuning is off or there is one; else
     the remembered winner, or the fastest of the candidates that agree with candidates[0] on
     this call's inputs. run(c) launches candidate c and returns its output; read(out) its values
     as an array; sync() waits until what was launched has finished. repeats: run(c, n) launches
     c n times at the cost of n dispatches, so that a sample times the kernels where a call's
-    Python would outlast them (a short product: that cost is gone in an ember.jit replay)."""
+    Python would outlast them (a short product: that cost is gone in an ember.jit replay).
+    measurable=False (a plan being recorded, which may not read back): a key not tuned yet
+    takes candidates[0], remembering nothing."""
     candidates = list(candidates)
     if len(candidates) < 2 or not enabled():
         return candidates[0]
@@ -123,6 +126,8 @@ def choose(family, key, candidates, run, read, sync, samples=3, repeats=False):
         if winner in candidates:
             _fast[fast] = winner
             return winner
+    if not measurable:
+        return candidates[0]
     winner, report = _tune(candidates, run, read, sync, samples, repeats)
     with _lock:
         _memory[entry] = _fast[fast] = winner

@@ -158,6 +158,14 @@ def _scalar_words(block):
 _SCALAR_SPOTS = {}  # Block.key() -> (node, input, the operand whose dtype types it), a scalar
 
 
+def _choose(be, family, key, candidates, run, repeats=False):
+    """ember.autotune's choice among a kernel's candidates on this device. While a plan is
+    recorded nothing can be read back to time them: a key first met there takes the default
+    (Fusion's recording run may form blocks its eager capture did not)."""
+    return autotune.choose(family, key, candidates, run, be.to_numpy, be.sync, repeats=repeats,
+                           measurable=be.device.recording is None)
+
+
 def fusable(op):
     """Whether a fusion Block may hold op besides elementwise ops (Wgpu.fusable): a reduction
     that fused_rows runs, or an op with an epilogue (EPILOGUES)."""
@@ -588,9 +596,8 @@ def _reducer(name):
 
         key = (be.device.name, name, x.dtype, bucket(n_out), bucket(n_red), len(rshape),
                rstr[-1] == 1)
-        choice = autotune.choose("wgpu.reduce", key,
-                                 _reduce_candidates(be, by_value, n_out, n_red), launch,
-                                 be.to_numpy, be.sync)
+        choice = _choose(be, "wgpu.reduce", key,
+                         _reduce_candidates(be, by_value, n_out, n_red), launch)
         launch(choice, out)
         if not by_value:
             out.range = (0, n_red - 1)
@@ -1018,13 +1025,13 @@ def _matmul(be, inputs, shape, dtype, block=None, producer=None):
     cands = _matmul_kernels(be, vec4, M, N, K, nb, block)
     key = (be.device.name, dtype, bucket(M), bucket(N), bucket(K), bucket(nb))
     if block is None:
-        choice = autotune.choose("wgpu.matmul", key, cands, lambda c, n=1: launch(
-            c, times=n), be.to_numpy, be.sync, repeats=True)
+        choice = _choose(be, "wgpu.matmul", key, cands, lambda c, n=1: launch(c, times=n),
+                         repeats=True)
         return launch(choice, [out])
     outs = [out] + [be.empty(shape, dtype) for _ in block.outputs[1:]]
-    choice = autotune.choose("wgpu.matmul", key + (len(block.outputs), len(ids)), cands,
-                             lambda c, n=1: launch(c, [be.empty(shape, dtype) for _ in outs],
-                                                   block, n), be.to_numpy, be.sync, repeats=True)
+    choice = _choose(be, "wgpu.matmul", key + (len(block.outputs), len(ids)), cands,
+                     lambda c, n=1: launch(c, [be.empty(shape, dtype) for _ in outs], block, n),
+                     repeats=True)
     launch(choice, outs, block)
     return outs
 
@@ -1179,7 +1186,7 @@ def _convolve(be, name, x, second, shape, dtype, o, oh, ow, kernel, attrs, bias=
     n, c = x.shape[:2]
     key = (be.device.name, name, bucket(n * oh * ow), bucket(o), bucket(c * kernel[0] * kernel[1]),
            attrs["groups"] > 1)
-    choice = autotune.choose("wgpu.conv", key, _conv_kernels(be), launch, be.to_numpy, be.sync)
+    choice = _choose(be, "wgpu.conv", key, _conv_kernels(be), launch)
     return choice if choose else launch(choice)
 
 
