@@ -10,6 +10,10 @@ seed's gelu_custom (five elementwise ops) as one generated kernel.
                                      # w + b) at 4096 against the bare matmul, LayerNorm,
                                      # softmax and log_softmax over [8192, 4096] against
                                      # torch's (host: the time a call until the last returned)
+    python bench/fusion.py --host    # the Python host time (CPU seconds) of one eager call of
+                                     # LayerNorm, softmax, log_softmax on Fusion(Wgpu()) and of
+                                     # an ember.jit replay, on a small shape (any adapter,
+                                     # lavapipe too: the host cost does not depend on the size)
 
 Effective bandwidth counts what the function must move: its input read once and its result
 written once (8 bytes an element), whatever the kernels move in between. Every timing ends
@@ -358,12 +362,49 @@ def _gpu_norms(inner, fused, rows, cols):
             _row(f"Wgpu() {name}", _queued(unfused, inner.sync), theirs, moved)
 
 
+def host(rows=64, cols=256, calls=2000, repeat=5):
+    """CPU seconds of the calling thread (time.thread_time: lavapipe's own threads excluded) a
+    call costs the host: each norm eagerly and as an ember.jit replay on Fusion(Wgpu()),
+    realized each call; median of `repeat` runs of `calls` calls, a sync after each run (its
+    wait not counted)."""
+    from ember import nn
+    from ember.backend import Wgpu
+    inner = Wgpu()
+    fused = Fusion(inner)
+    data = np.random.default_rng(2).standard_normal((rows, cols), dtype=np.float32)
+    xf = Tensor.from_data(data, backend=fused)
+    norm = nn.LayerNorm(cols, backend=fused)
+    print(f"host CPU time a call on {fused}, [{rows}, {cols}] float32, median of {repeat} x "
+          f"{calls} calls:")
+    for name, f in (("LayerNorm", norm), ("softmax", lambda x: x.softmax(-1)),
+                    ("log_softmax", lambda x: x.log_softmax(-1))):
+        fast = ember.jit(f)
+        row = []
+        for g in (f, fast):
+            def call(g=g):
+                return fused.realize(g(xf)._prim)
+            for _ in range(3):  # (a jit's call 1 runs, 2 captures, then replays)
+                call()
+            inner.sync()
+            times = []
+            for _ in range(repeat):
+                t0 = time.thread_time()
+                for _ in range(calls):
+                    call()
+                times.append((time.thread_time() - t0) / calls)
+                inner.sync()
+            row.append(statistics.median(times))
+        print(f"  {name:12s} eager {row[0] * 1e6:7.1f} us   jit replay {row[1] * 1e6:7.1f} us")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--gpu", action="store_true",
                        help="the GPU run (needs torch with CUDA; else: ember bench fusion)")
     which.add_argument("--cpu", action="store_true", help="the CPU run (NdArray)")
+    which.add_argument("--host", action="store_true",
+                       help="host CPU time a norm call costs on Fusion(Wgpu()) (small shape)")
     parser.add_argument("--elements", type=int, default=None)
     parser.add_argument("--size", type=int, default=4096, help="the GPU run's matmul size")
     parser.add_argument("--rows", type=int, default=8192)
@@ -379,6 +420,8 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if args.cpu:
         cpu(args.elements or 1 << 22)
+    elif args.host:
+        host()
     else:
         if args.quads:
             from ember.backends.wgpu import kernels
