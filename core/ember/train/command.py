@@ -65,7 +65,8 @@ def add_arguments(parser):
                         help="also write the final weights with ember.models' metadata")
     parser.add_argument("--no-jit", action="store_true",
                         help="run each training step eagerly (on wgpu the step is recorded once "
-                             "with ember.jit and replayed as one submission by default)")
+                             "with ember.jit, on Fusion(Wgpu()), and replayed as one submission "
+                             "by default)")
     parser.add_argument("--devices", type=int_range(1), default=1, metavar="N",
                         help="train data parallel on N instances of the backend (a replica "
                              "and a thread each; the batch is split over them)")
