@@ -821,6 +821,12 @@ def _tile_bytes(name):
     return (2 if name[0] == "d" else 1) * 16 * bk * (ra * wy + tn * wx)
 
 
+def _tiles(M, N, nb):
+    """How many 128 x 128 tiles C has: a product with few of them leaves a GPU idle unless it
+    splits k (_matmul_kernels' split-k candidates, _matmul_epilogue's decline)."""
+    return nb * -(-M // 128) * -(-N // 128)
+
+
 def _tile(choice):
     """(tile name, its (WX, WY, RA, TN, BK), splits S) of a matmul_tile.wgsl candidate
     "NAME" or "NAME/sS" (split-k), or None for the kernels of MATMUL_KERNELS."""
@@ -919,8 +925,7 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
         return ["vec4", tiled, "scalar", *narrow]
     first = [tiled, "vec4"] if M >= 64 and N >= 64 else ["vec4", tiled]
     out = list(dict.fromkeys(first + fits + narrow))  # (scalar: 2-4x the slowest tile on the H200)
-    tiles = nb * -(-M // 128) * -(-N // 128)
-    if epilogue is None and tiles <= 256 and K >= 1024:  # few tiles, long k: split it
+    if epilogue is None and _tiles(M, N, nb) <= 256 and K >= 1024:  # few tiles, long k: split
         out += [f"{t}/s{s}" for t in ("t32x128k16", "t64x64k16", "t64x128k16", "t128x128k16",
                                        tiled) for s in (2, 4, 8) if K // s >= 256]
     return list(dict.fromkeys(out))
@@ -1042,8 +1047,7 @@ def _matmul_epilogue(be, block, producer):
     if n.shape != block.shape:
         return None
     (M, K), N = inputs[0].shape[-2:], inputs[1].shape[-1]
-    if not be.device.bridge.is_cpu and K >= 1024 and numel(n.shape[:-2]) * -(-M // 128) * -(
-            -N // 128) <= 64:
+    if not be.device.bridge.is_cpu and K >= 1024 and _tiles(M, N, numel(n.shape[:-2])) <= 64:
         # a handful of tiles over a long k: the plain product splits k (its candidates) and the
         # rest runs as its own elementwise kernel; an epilogue kernel cannot split (the
         # ConvNet's fc1 at batch 256 on the H200: 0.125 ms fused, 0.048 split, plus ~0.01)
