@@ -23,8 +23,9 @@ Measured 2026-11-30, `python bench/wgpu_ops.py --gpu` on one NVIDIA H200 (Vulkan
     matmul 2048^3 fp32 (max err 4.7e-04) | 40.7 / 39.6 TFLOP/s | cuBLAS 50.0 / 49.5 (0.81x / 0.80x)
     matmul 4096^3 fp32 (max err 1.0e-03) | 43.3 / 43.3 TFLOP/s | cuBLAS 51.3 / 51.2 (0.84x / 0.85x)
 
-(gelu_custom: five kernels, bytes counted once, as for torch's five; matmul_tiled.wgsl: BK=32,
-2-D workgroup tiles, the k loop unrolled; its earlier form (BK=16, a `for` loop) gave 27.0
+(gelu_custom: five kernels, bytes counted once, as for torch's five; the "tiled" matmul, then
+matmul_tiled.wgsl, now generated from matmul_tile.wgsl: BK=32, 2-D workgroup tiles, the k
+loop unrolled; its earlier form (BK=16, a `for` loop) gave 27.0
 TFLOP/s at 4096 (0.53x), the vec4 kernel without workgroup memory 23.4. At 1024^3 the 64
 workgroups of 128x128 leave half of the 132 SMs idle.) And `python
 bench/wgpu_ops.py` on lavapipe (2 shared cores, LLVM 15):

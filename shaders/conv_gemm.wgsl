@@ -12,7 +12,7 @@
 // A workgroup of 256 invocations computes a TM x TN tile of C (64x64, or 32x128 where m is
 // short: a conv of 32 output channels), 4x4 a thread, stepping BK=16 along k through two tiles
 // in workgroup memory (10 KiB), the next step's elements loaded into registers while this one
-// is multiplied (as matmul_tiled.wgsl). Workgroups: (j tiles, m tiles, groups *
+// is multiplied (as matmul_tile.wgsl). Workgroups: (j tiles, m tiles, groups *
 // chunks). A thread stages PA of A's elements and PB of B's a step.
 //
 // info: conv.wgsl's words [0..18], then [19] chunks [20] pixels a chunk (a multiple of BK),
