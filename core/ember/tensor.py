@@ -616,13 +616,12 @@ class Tensor:
         """Sum of all elements, as a 0-d tensor."""
         if self.dtype not in _SUM.native:  # bool (counted as ints), or the rule's error
             return self._reduce(_SUM, None, False)
-        # the commonest reduction, without _reduce's general steps: its rules say keep-dims
-        # shape (1, ..., 1) in the same dtype, and dropping those dims is a reshape
-        backend, dtype, ndim = self.backend, self.dtype, len(self.shape)
-        prim = _execute(backend, _SUM, [self._prim], {"dims": tuple(range(ndim))},
-                        (1,) * ndim, dtype)
-        return Tensor(_execute(backend, _RESHAPE, [prim], {"shape_to": ()}, (), dtype), backend,
-                      (), dtype)
+        # the commonest reduction, without _reduce's general steps, as one op: sum's own
+        # keepdim=False drops the dims (one execute: a tiny sum's time is mostly calls)
+        backend, dtype = self.backend, self.dtype
+        return Tensor(_execute(backend, _SUM, [self._prim],
+                               {"dims": tuple(range(len(self.shape))), "keepdim": False}, (),
+                               dtype), backend, (), dtype)
 
     def sum_dim(self, dim):
         """Sum over `dim` (an int or a tuple of ints), keeping it with size 1 (as Burn)."""

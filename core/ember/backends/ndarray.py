@@ -157,14 +157,15 @@ class NdArray(Backend):
         except (AttributeError, KeyError):
             ctx = _context(self.kernels)
         if op.donors and self.inplace:
-            for i in op.donors:
+            for i in op.donors:  # (every op's donors are positions of its inputs)
                 # (sole_owner's test written out: a tiny op's time is mostly calls like it)
-                if i < len(inputs) and _refcount(inputs[i]) <= _FREE:
+                if _refcount(inputs[i]) <= _FREE:
                     x = inputs[i]
                     if (type(x) is np.ndarray and x.shape == shape and x.base is None
                             and x.flags.writeable and x.dtype == dtype):
                         return ctx.run(op.np, *inputs, out=x, **attrs)
-        out = ctx.run(op.np, *inputs, **attrs)
+        # (an empty **attrs still costs a dict per call: most elementwise ops have none)
+        out = ctx.run(op.np, *inputs, **attrs) if attrs else ctx.run(op.np, *inputs)
         # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
         return out if type(out) is np.ndarray else np.asarray(out)
 

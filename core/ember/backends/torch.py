@@ -392,8 +392,8 @@ def _reduce(fn):
     return lambda x, dims: fn(x, dims, keepdim=True) if dims else x
 
 
-def _sum(x, dims):
-    return torch.sum(x, dims, keepdim=True, dtype=x.dtype) if dims else x  # (int32 stays int32)
+def _sum(x, dims, keepdim=True):
+    return torch.sum(x, dims, keepdim=keepdim, dtype=x.dtype) if dims else x  # (int32 stays int32)
 
 
 def _matmul(a, b):

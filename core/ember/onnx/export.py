@@ -129,7 +129,7 @@ def _convert(g, op, ins, attrs, dtype, out):
         g.node("Concat", ins, {"axis": attrs["dim"]}, out=out)
     elif name == "sum":
         g.node("ReduceSum", [ins[0], g.const(np.asarray(attrs["dims"], np.int64))],
-               {"keepdims": 1}, out=out)
+               {"keepdims": int(attrs.get("keepdim", True))}, out=out)
     elif name in ("max", "min"):
         g.node("ReduceMax" if name == "max" else "ReduceMin", ins,
                {"axes": list(attrs["dims"]), "keepdims": 1}, out=out)

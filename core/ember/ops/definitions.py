@@ -139,7 +139,7 @@ op("cast", UNARY, _cast_np, "{dtype}({0})",
           dtype=lambda d, dtype: dtype, donors=())
 
 
-# ---- reductions over `dims`, always keeping them (the Tensor layer drops them) ---------------
+# ---- reductions over `dims`, keeping them (the Tensor layer drops them; sum can itself) ----
 def _nonempty(name):
     def rule(shape, dims):
         for d in dims:
@@ -155,11 +155,11 @@ def _extreme_grad(g, y, x, dims):
     return (g * hit / hit.sum_dim(dims),)
 
 
-def _sum_np(x, dims):
+def _sum_np(x, dims, keepdim=True):
     if x.dtype == np.int32:
         # exact or an error, never wrapped: added in int64, then checked against int32's range
         # (Wgpu, which has no 64-bit ints, wraps as WGSL's i32 does)
-        wide = np.add.reduce(x, axis=dims, keepdims=True, dtype=np.int64)
+        wide = np.add.reduce(x, axis=dims, keepdims=keepdim, dtype=np.int64)
         if wide.size and (wide.min() < -2**31 or wide.max() >= 2**31):
             raise DTypeError(f"sum: the int32 sum over dims {list(dims)} of shape "
                              f"{S.fmt(x.shape)} reaches {int(np.abs(wide).max())}, outside "
@@ -171,11 +171,20 @@ def _sum_np(x, dims):
         # gradients) runs ~2x slower
         rest = tuple(d - 1 for d in dims if d != 0)
         first = np.add.reduce(x, axis=0, dtype=x.dtype)
-        return np.add.reduce(first, axis=rest, keepdims=True, dtype=x.dtype)[None]
-    return np.add.reduce(x, axis=dims, keepdims=True, dtype=x.dtype)
+        out = np.add.reduce(first, axis=rest, keepdims=keepdim, dtype=x.dtype)
+        return out[None] if keepdim else out
+    return np.add.reduce(x, axis=dims, keepdims=keepdim, dtype=x.dtype)
 
 
-op("sum", REDUCE, _sum_np, None, lambda g, y, x, dims: (g.expand(x.shape),), dtypes=NUMBERS)
+def _sum_grad(g, y, x, dims, keepdim=True):
+    if not keepdim:  # g lacks the reduced dims: put them back (size 1) to broadcast
+        g = g.reshape(tuple(1 if i in dims else s for i, s in enumerate(x.shape)))
+    return (g.expand(x.shape),)
+
+
+# sum alone takes `keepdim` (default True, as every reduction): x.sum() is then one op, not a
+# sum and a reshape (a tiny sum's time is mostly the calls per op)
+op("sum", REDUCE, _sum_np, None, _sum_grad, dtypes=NUMBERS)
 op("max", REDUCE, lambda x, dims: np.maximum.reduce(x, axis=dims, keepdims=True), None,
          _extreme_grad, saves=(0, "out"), shape=_nonempty("max"))
 op("min", REDUCE, lambda x, dims: np.minimum.reduce(x, axis=dims, keepdims=True), None,

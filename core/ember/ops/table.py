@@ -35,7 +35,9 @@ def _bool(*dtypes, **attrs):
     return "bool"
 
 
-def _reduce_shape(shape, dims, **attrs):
+def _reduce_shape(shape, dims, keepdim=True, **attrs):
+    if not keepdim:  # (sum's attribute: x.sum() in one op)
+        return tuple(s for i, s in enumerate(shape) if i not in dims)
     return tuple(1 if i in dims else s for i, s in enumerate(shape))
 
 
