@@ -433,6 +433,25 @@ def test_reduce_property(name, backend, shape_dims, dtype, seed):
     check_result(call(), want, rtol, atol)
 
 
+def test_sum_of_everything_is_one_op(backend):
+    """x.sum() is sum alone with keepdim=False (not a sum and a reshape: a tiny sum's time is
+    mostly the calls per op), and every stack gives it shape ()."""
+    x = Tensor.from_data(np.arange(12, dtype=np.float32).reshape(3, 4), backend=backend)
+    ran, execute = [], backend.execute
+
+    def spy(op, inputs, attrs, shape, dtype):
+        ran.append((op, attrs))
+        return execute(op, inputs, attrs, shape, dtype)
+
+    backend.execute = spy
+    try:
+        y = x.sum()
+    finally:
+        del backend.execute
+    assert ran == [(OPS["sum"], {"dims": (0, 1), "keepdim": False})]
+    assert y.shape == () and y.to_numpy().shape == () and float(y.to_numpy()) == 66.0
+
+
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
 @PROPERTY
 @given(shape=hnp.array_shapes(min_dims=1, max_dims=5, min_side=0, max_side=5),
