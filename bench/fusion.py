@@ -26,6 +26,7 @@ import statistics
 import time
 
 import numpy as np
+from _helpers import synced as _synced
 
 import ember
 from ember import Tensor
@@ -37,14 +38,6 @@ SQRT_2 = math.sqrt(2)
 def gelu_custom(x):
     x = x * ((x / SQRT_2).erf() + 1)
     return x / 2
-
-
-def _synced(backend, fn):
-    def run():
-        out = fn()
-        backend.sync()
-        return out
-    return run
 
 
 def _case(ctx, name, inner, n):

@@ -22,6 +22,7 @@ import statistics
 import time
 
 import numpy as np
+from _helpers import synced as _synced
 
 import ember
 from ember import Tensor
@@ -123,14 +124,6 @@ def _forced(fn):
             while isinstance(b, (Autodiff, Fusion)):
                 p = b.realize(p) if isinstance(b, Fusion) else p.prim
                 b = b.inner
-        return out
-    return call
-
-
-def _synced(B, fn):
-    def call():
-        out = fn()
-        B.sync()
         return out
     return call
 

@@ -124,6 +124,8 @@ def discover(bench_dir):
 
 
 def load(bench_dir, name):
+    if str(bench_dir) not in sys.path:  # their shared _helpers.py, as `python bench/x.py` has it
+        sys.path.append(str(bench_dir))
     path = Path(bench_dir) / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"ember_bench.{name}", path)
     module = importlib.util.module_from_spec(spec)

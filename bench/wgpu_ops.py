@@ -43,6 +43,7 @@ import sys
 import time
 
 import numpy as np
+from _helpers import synced as _synced
 
 from ember import Tensor
 from ember.backend import Wgpu
@@ -70,14 +71,6 @@ def _pair(shape, seed=0):
     a = rng.standard_normal(shape, dtype=np.float32)
     b = rng.standard_normal(shape, dtype=np.float32)
     return a, b
-
-
-def _synced(backend, fn):
-    def run():
-        out = fn()
-        backend.sync()
-        return out
-    return run
 
 
 # ---- the runner's benchmarks --------------------------------------------------------------------
