@@ -33,6 +33,7 @@ import weakref
 
 from ..backend.base import Backend, OpRecord, others, run_steps
 from ..ops import ELEMENTWISE, REDUCE
+from ..ops import prims as _prims
 
 __all__ = ["Block", "Fusion", "Lazy", "trace"]
 
@@ -169,6 +170,12 @@ class Fusion(Backend):
 
     # ---- the protocol ----------------------------------------------------------------------
     def execute(self, op, inputs, attrs, shape, dtype):
+        if op.kind == REDUCE and attrs.get("keepdim") is False:
+            # (sum's x.sum() as one op) a block's reductions keep their dims: the keep-dims
+            # reduction, then the reshape that drops them
+            kept = {**attrs, "keepdim": True}
+            x = self.execute(op, inputs, kept, op.out_shape(inputs[0].shape, **kept), dtype)
+            return self.execute(_prims.reshape, [x], {"shape_to": shape}, shape, dtype)
         # (a dtype inner cannot hold runs eagerly: inner refuses it now, not at a later read)
         if op.kind in ELEMENTWISE and op.wgsl is not None and (
                 self.dtypes is None or dtype in self.dtypes):
