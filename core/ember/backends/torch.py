@@ -26,6 +26,8 @@ only then: ember itself never needs it (pip install ember[torch]).
   on the CPU.
 """
 
+import functools
+import math
 import re
 import warnings
 
@@ -445,6 +447,20 @@ def _max_pool2d_indices(x, kernel, stride, padding, dilation, ceil_mode):
     return F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode, return_indices=True)[1]
 
 
+def _gelu(x, out=None):
+    y = F.gelu(x)
+    if x.device.type == "cpu" and _cpu_gelu_nan_at_inf():
+        y = torch.where(x == math.inf, x, y)  # gelu(+inf) is +inf
+    return y
+
+
+@functools.cache
+def _cpu_gelu_nan_at_inf():
+    """Whether this torch's vectorized CPU gelu gives NaN at +inf (torch 2.13's AVX512 kernel
+    does; its scalar path and other CPUs give inf): asked once, the fix applied only there."""
+    return bool(F.gelu(torch.full((64,), math.inf)).isnan().any())
+
+
 def _gelu_grad(g, x, y):
     if g.shape != x.shape:  # (aten's gelu_backward does not broadcast)
         g, x = torch.broadcast_tensors(g, x)
@@ -493,7 +509,7 @@ def _kernels():
         return run
 
     table = {
-        OPS["gelu"]: lambda x, out=None: F.gelu(x),
+        OPS["gelu"]: _gelu,
         OPS["relu"]: _relu,
         OPS["maximum"]: _binary(torch.maximum, scalar_right=False),
         OPS["minimum"]: _binary(torch.minimum, scalar_right=False),
