@@ -692,6 +692,28 @@ def test_inplace_and_copying_give_equal_results(fn):
     np.testing.assert_array_equal(x2.to_numpy(), a)
 
 
+
+def test_inplace_and_copying_give_equal_layouts():
+    # an SGD step's shape: w - lr * (a gradient made by a transpose, so F-ordered); writing
+    # the result into that F-ordered temporary made a transposed w, which BLAS's matmul
+    # sums in another order than the C-ordered w a copying run gives (on AVX512 Xeons: an
+    # ulp's difference, so ember.jit's replays, freeing more temporaries, left eager training)
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((16, 40)).astype(np.float32)
+    g0 = rng.standard_normal((40, 16)).astype(np.float32)
+    want = w0 - g0.T * np.float32(0.5)
+    sub = ember.ops.OPS["sub"]
+    for backend in BACKENDS:
+        w, g = (Tensor.from_data(a, backend=backend) for a in (w0, g0))
+        out = w.sub(g.transpose() * 0.5)
+        # the temporary, held by the list alone, as a replay holds it at its last use
+        direct = backend.execute(sub, [w0, np.asfortranarray(g0.T * np.float32(0.5))], {},
+                                 w0.shape, "float32")
+        for got in (out._prim, direct):
+            assert got.strides == want.strides, backend
+            np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="glibc's malloc settings")
 @pytest.mark.parametrize("keep", ["1", "0"])
 def test_freed_memory_is_kept_for_the_next_step(keep):

@@ -161,8 +161,15 @@ class NdArray(Backend):
                 # (sole_owner's test written out: a tiny op's time is mostly calls like it)
                 if _refcount(inputs[i]) <= _FREE:
                     x = inputs[i]
+                    # C-contiguous only: a new result of an input that is would be too
+                    # (NumPy's order K, x.copy(), the native kernels), so reusing x keeps
+                    # the layout an owned-elsewhere x would give; an F-ordered donor next
+                    # to a C-ordered operand made a transposed result, which BLAS's matmul
+                    # then summed differently (ember.jit's replays differed from eager
+                    # training by an ulp)
                     if (type(x) is np.ndarray and x.shape == shape and x.base is None
-                            and x.flags.writeable and x.dtype == dtype):
+                            and x.dtype == dtype and (f := x.flags).writeable
+                            and f.c_contiguous):
                         return ctx.run(op.np, *inputs, out=x, **attrs)
         # (an empty **attrs still costs a dict per call: most elementwise ops have none)
         out = ctx.run(op.np, *inputs, **attrs) if attrs else ctx.run(op.np, *inputs)
