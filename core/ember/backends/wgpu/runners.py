@@ -813,12 +813,7 @@ MATMUL_TILES = {"tiled": (16, 16, 2, 2, 32),
                 "d128x128k16": (16, 16, 2, 2, 16), "t128x256k16": (16, 16, 2, 4, 16),
                 # "p": A staged by lanes in pairs (matmul_tile.wgsl)
                 "p128x128k32": (16, 16, 2, 2, 32), "p64x128k16": (16, 8, 2, 2, 16),
-                "p128x128k16": (16, 16, 2, 2, 16), "p128x256k16": (16, 16, 2, 4, 16),
-                # "r": A staged row-major, vec4 along k (matmul_tile.wgsl): vec4 stores, no
-                # transposing scalar ones; "w8": 8 x 16 invocations of 8 x 16 each
-                "r128x128k32": (16, 16, 2, 2, 32), "r128x128k16": (16, 16, 2, 2, 16),
-                "r64x128k16": (16, 8, 2, 2, 16), "r64x64k32": (8, 8, 2, 2, 32),
-                "r128x256k16": (16, 16, 2, 4, 16), "r128x128k32w8": (8, 16, 2, 4, 32)}
+                "p128x128k16": (16, 16, 2, 2, 16), "p128x256k16": (16, 16, 2, 4, 16)}
 
 
 def _tile_bytes(name):
@@ -842,16 +837,14 @@ def _tile(choice):
 def _tile_source(name, t, epilogue):
     """matmul_tile.wgsl for one shape: its accumulators, k loop and stores written out here."""
     wx, wy, ra, tn, bk = MATMUL_TILES[name]
-    n_threads, double, rows = wx * wy, name[0] == "d", name[0] == "r"
+    n_threads, double = wx * wy, name[0] == "d"
     bm4, bn4 = ra * wy, tn * wx  # the tile's rows and columns, in vec4s
     a_step, b_step = n_threads // (bk // 4), n_threads // bn4  # rows staged apart
     la, lb = 4 * bm4 // a_step, bk // b_step  # vec4s staged per invocation
     acc = [(r, i, c) for r in range(ra) for i in range(4) for c in range(tn)]
     sets = ("0", "1") if double else ("",)
-    a_shape = f"array<vec4<{t}>, {bk // 4}>, {4 * bm4}>;  // [m][k / 4]" if rows else (
-        f"array<vec4<{t}>, {bm4}>, BK>;  // [k][m / 4]: A^T")
     tiles = "\n".join(
-        f"var<workgroup> tile_a{n}: array<{a_shape}\n"
+        f"var<workgroup> tile_a{n}: array<array<vec4<{t}>, {bm4}>, BK>;  // [k][m / 4]: A^T\n"
         f"var<workgroup> tile_b{n}: array<array<vec4<{t}>, {bn4}>, BK>;  // [k][n / 4]"
         for n in sets)
 
@@ -860,24 +853,12 @@ def _tile_source(name, t, epilogue):
             f"pb{q} = load_b(b_col, b_ok, {k} + brow + {b_step * q}, k_end, brs);"
             for q in range(lb)]
 
-    def stage(n):  # registers -> tile set n (A transposed: k-major; "r": as it is)
-        if rows:
-            return [f"tile_a{n}[lr + {a_step * q}][lc] = pa{q};" for q in range(la)] + [
-                f"tile_b{n}[brow + {b_step * q}][bc] = pb{q};" for q in range(lb)]
+    def stage(n):  # registers -> tile set n (A transposed: k-major)
         return [f"tile_a{n}[lc * 4 + {j}][ma + {a_step // 4 * q}][mc] = pa{q}.{'xyzw'[j]};"
                 for q in range(la) for j in range(4)] + [
             f"tile_b{n}[brow + {b_step * q}][bc] = pb{q};" for q in range(lb)]
 
     def fma(n):  # the multiply-adds of the step in set n, its k loop unrolled
-        if rows:  # 4 k a pass: a vec4 along k per row of A, 4 rows of B
-            lines = [f"let a{r}{i} = tile_a{n}[(ty + {wy * r}) * 4 + {i}][#k];"
-                     for r in range(ra) for i in range(4)]
-            for j in range(4):
-                lines += [f"let b{j}{c} = tile_b{n}[#k * 4 + {j}][tx + {wx * c}];"
-                          for c in range(tn)]
-                lines += [f"acc{r}{i}{c} += a{r}{i}.{'xyzw'[j]} * b{j}{c};" for r, i, c in acc]
-            return [f"//! unroll k {bk // 4}", "{", *("    " + x for x in lines), "}",
-                    "//! end unroll"]
         lines = [f"let a{r} = tile_a{n}[#k][ty + {wy * r}];" for r in range(ra)]
         lines += [f"let b{c} = tile_b{n}[#k][tx + {wx * c}];" for c in range(tn)]
         lines += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
