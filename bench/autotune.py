@@ -51,6 +51,14 @@ earlier run of the same branch with every candidate forced (--each: 2048^3 best 
 t128x256k16 0.430; 4096^3 best t64x128k16 3.112, t128x256k16 3.186; batch 32 best t128x128k16
 0.038) found no tile shape that reaches 0.9x at 2048^3 or batch 32. relu(x @ w + b) at 4096
 (--epilogue, measured before this branch): 0.97x the bare product.
+
+Tried on branch s6-mm (616011d, reverted): "r" tiles, A staged row-major in workgroup memory
+(vec4 stores, no transposing scalar ones) with the inner loop reading a vec4 along k per row of
+A, six shapes. In the tuner's table of one H200 run (us a call, the winner first) none won:
+4096^3 p64x128k16 3306, tiled 3467, r128x128k32 3600, r64x128k16 3658; 2048^3 tiled 457,
+r128x128k32 483; 1024^3 p64x128k16 72, r64x128k16 80; batch 32 of 256^3 t64x128k16 38,
+r128x128k32 42; 8 x 16 outputs an invocation on 128 invocations (r128x128k32w8) 1.8-2x the
+others. The transposing stores are not what holds the big products back.
 """
 
 import argparse

@@ -235,8 +235,7 @@ def measure(quick, log):
                 finally:
                     browser.close()
         finally:
-            server.shutdown()
-            server.server_close()
+            server.stop()
     if outside:
         raise RuntimeError(f"requests left 127.0.0.1: {outside}")
     return results

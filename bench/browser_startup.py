@@ -131,8 +131,7 @@ def _measure(sites, pages, runs, log):
                               f"{r['cold_bytes'][-1] / 1e6:.2f} MB", file=sys.stderr)
     finally:
         for server in servers.values():
-            server.shutdown()
-            server.server_close()
+            server.stop()
     return result
 
 

@@ -36,8 +36,7 @@ def site_dir(tmp_path_factory):
 def server(site_dir):
     srv = site.SiteServer(site_dir).start()
     yield srv
-    srv.shutdown()
-    srv.server_close()
+    srv.stop()
 
 
 @pytest.fixture(scope="session")

@@ -98,16 +98,14 @@ def test_the_editor_loads_offline_after_one_visit(browser, site_dir):
         pg.wait_for_selector(".cm-content")
         pg.wait_for_function("() => navigator.serviceWorker.controller !== null")
         pg.wait_for_function("async () => (await caches.keys()).length > 0")
-        srv.shutdown()
-        srv.server_close()
+        srv.stop()
         pg.reload()
         pg.wait_for_selector(".cm-editor .cm-content")
         assert "def gelu_custom(x):" in editor_text(pg)
         assert pg.get_attribute("#code", "aria-hidden") == "true"  # the editor, not the fallback
     finally:
         context.close()
-        srv.shutdown()
-        srv.server_close()
+        srv.stop()
 
 
 @pytest.mark.allow_console_errors  # (the refused modules are logged as failed loads)

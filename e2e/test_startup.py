@@ -49,8 +49,7 @@ def test_the_runtime_goes_out_compressed_and_pinned_for_good(server, site_dir):
 def own_server(site_dir):
     srv = site.SiteServer(site_dir).start()
     yield srv
-    srv.shutdown()
-    srv.server_close()
+    srv.stop()
 
 
 # what the progress bar said, every time it changed (the bar is gone by `ready`)

@@ -118,8 +118,7 @@ def served(tmp_path):
     (tmp_path / "index.html").write_text("<title>t</title>")
     server = site.SiteServer(tmp_path).start()
     yield server
-    server.shutdown()
-    server.server_close()
+    server.stop()
 
 
 def test_server_headers_mime_types_and_revalidation(served):
@@ -509,8 +508,7 @@ def test_200_connections_made_before_the_server_accepts_are_all_answered(tmp_pat
     finally:
         for s in socks:
             s.close()
-        server.shutdown()
-        server.server_close()
+        server.stop()
     assert all(a.startswith(b"HTTP/1.1 200") and a.endswith(b"hello") for a in answers)
     assert len(server.answered) == 200
 
@@ -524,8 +522,7 @@ def test_an_idle_connection_is_closed(tmp_path, monkeypatch):
         with socket.create_connection(server.server_address, timeout=60) as idle:
             assert idle.recv(1) == b""  # closed by the server, not by this 60 s timeout
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
 
 
 def test_connections_are_served_a_bounded_number_at_a_time(tmp_path, monkeypatch):
@@ -546,8 +543,7 @@ def test_connections_are_served_a_bounded_number_at_a_time(tmp_path, monkeypatch
     finally:
         for s in [*idle, waiting]:
             s.close()
-        server.shutdown()
-        server.server_close()
+        server.stop()
     assert server.answered == [("/index.html", 200)]
 
 
