@@ -692,7 +692,6 @@ def test_inplace_and_copying_give_equal_results(fn):
     np.testing.assert_array_equal(x2.to_numpy(), a)
 
 
-
 def test_inplace_and_copying_give_equal_layouts():
     # an SGD step's shape: w - lr * (a gradient made by a transpose, so F-ordered); writing
     # the result into that F-ordered temporary made a transposed w, which BLAS's matmul
