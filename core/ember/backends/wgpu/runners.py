@@ -1100,8 +1100,8 @@ def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, ep
     into out, on (m, j) tiles of `tile` (TM x TN, RA x RC vec4s a thread: _CONV_TILES).
     conv2d_weight's sums over N*OH*OW run in chunks (enough workgroups to fill a GPU: its C is
     only O x C/G*KH*KW), added up by a sum's kernel. `epilogue`: conv2d's fused store
-    (_conv_epilogue: key, its DECLS and STORE, buffers, words, signature). False where the workgroup counts pass WebGPU's 65535
-    (conv.wgsl then)."""
+    (_conv_epilogue: key, its DECLS and STORE, buffers, words, signature). False where the
+    workgroup counts pass WebGPU's 65535 (conv.wgsl then)."""
     (top, _), (left, _) = attrs["padding"]
     groups = attrs["groups"]
     n, c = x.shape[:2]
