@@ -97,8 +97,9 @@ def _label(key):
     """A kernel key's op or family, and its shader, entry or mode where that is a short name."""
     key = key if type(key) is tuple else (key,)
     head = str(getattr(key[0], "name", key[0]))
-    if head == "conv_gemm":  # its mode and tile
-        return f"conv_gemm/{key[1]}/{key[2][0]}x{key[2][1]}"
+    if head == "conv_gemm":  # its mode, tile and vec4s a thread
+        tm, tn, ra, rc = key[2]
+        return f"conv_gemm/{key[1]}/{tm}x{tn}/{4 * ra}x{4 * rc}"
     return head + (f"/{key[1]}" if len(key) > 1 and type(key[1]) in (str, int) else "")
 
 

@@ -9,11 +9,13 @@
 //                             gradient), A = g, B = x's window elements; the pixels are split
 //                             into info[19] chunks of info[20], each chunk's sums stored apart
 //                             in out [chunks, O, C/G * KH * KW] (the host sums them then)
-// A workgroup of 256 invocations computes a TM x TN tile of C (64x64, or 32x128 where m is
-// short: a conv of 32 output channels), 4x4 a thread, stepping BK=16 along k through two tiles
-// in workgroup memory (10 KiB), the next step's elements loaded into registers while this one
-// is multiplied (as matmul_tile.wgsl). Workgroups: (j tiles, m tiles, groups *
-// chunks). A thread stages PA of A's elements and PB of B's a step.
+// A workgroup of 256 invocations computes a TM x TN tile of C, RA x RC vec4s a thread (4 * RA
+// rows (ty + WY * r) * 4 + i, 4 * RC columns (tx + WX * c) * 4 + l: 64x64 and 32x128 tiles of
+// 4x4, 64x128 of 4x8 or 8x4; the fields ACC, FMA and STORES are written for RA and RC by
+// runners._conv_tile_code), stepping BK=16 along k through two tiles in workgroup memory, the
+// next step's elements loaded into registers while this one is multiplied (as
+// matmul_tile.wgsl). Workgroups: (j tiles, m tiles, groups * chunks). A thread stages PA of
+// A's elements and PB of B's a step.
 //
 // info: conv.wgsl's words [0..18], then [19] chunks [20] pixels a chunk (a multiple of BK),
 // then the epilogue's words. STORE: the store of C's element, `store(i, n, o, p, v)` (conv2d's
@@ -33,6 +35,8 @@ const TN = ${TN};
 const PA = TM / 16;   // A's rows a thread stages: am + 16 * q
 const PB = TN / 16;   // B's elements a thread stages (MODE 0, 1: k rows bk + RB * q)
 const RB = 256 / TN;
+const WX = TN / (4 * ${RC});  // the threads across a tile's columns, and down its rows
+const WY = TM / (4 * ${RA});
 // the kernel's size and stride are constants of the kernel (divisions by them are cheap: the
 // gathers' index arithmetic is per element; the ConvNet's conv2 input gradient at batch 128
 // took 0.227 ms with them read from info, 0.124 ms so, on the H200); the channels a group, set
@@ -108,8 +112,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let g = i32(wid.z) / chunks;
     let chunk = i32(wid.z) - g * chunks;
     let t = i32(lid);
-    let tx = t % (TN / 4);
-    let ty = t / (TN / 4);
+    let tx = t % WX;
+    let ty = t / WX;
     let m0 = i32(wid.y) * TM;
     let j0 = i32(wid.x) * TN;
     var NJ = N * OHW;           // columns
@@ -152,10 +156,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     //! end unroll
     var pa: array<f32, 8>;
     var pb: array<f32, 8>;
-    var acc0 = vec4<f32>();
-    var acc1 = vec4<f32>();
-    var acc2 = vec4<f32>();
-    var acc3 = vec4<f32>();
+${ACC}
     for (var kt = kb; kt < ke; kt += BK) {
         // this step's elements into registers (the first step's; later steps' are loaded
         // before the multiplication below)
@@ -184,22 +185,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         if (kt + BK < ke) {
             load(&pa, &pb, kt + BK, ke, g, m0, og, am, ak, bk, b_ok, xb, r0, q0, &cp, &c_ok);
         }
-        //! unroll k 16
-        {
-            let a = tile_a[#k][ty];
-            let b = tile_b[#k][tx];
-            acc0 += a.x * b;
-            acc1 += a.y * b;
-            acc2 += a.z * b;
-            acc3 += a.w * b;
-        }
-        //! end unroll
+${FMA}
         workgroupBarrier();
     }
-    // C's rows m0 + ty * 4 + i, columns j0 + tx * 4 ..
-    //! unroll i 4
-    store_row(g, chunk, m0 + ty * 4 + #i, j0 + tx * 4, acc#i);
-    //! end unroll
+    // C's rows m0 + (ty + WY * r) * 4 + i, columns j0 + (tx + WX * c) * 4 ..
+${STORES}
 }
 
 // C's row m (of group g, chunk `chunk`), columns j .. j + 3
@@ -215,14 +205,21 @@ fn store_row(g: i32, chunk: i32, m: i32, j: i32, v: vec4<f32>) {
         return;
     }
     let o = g * og + m;
+    // the image and pixel of column j, one division for the four (then stepped)
+    var n = j / OHW;
+    var p = j - n * OHW;
     //! unroll l 4
     if (j + #l < NJ) {
         if (MODE == 2) {
             out[(chunk * O + o) * NJ + j + #l] = v[#l];
         } else {
-            let n = (j + #l) / OHW;
-            store((n * O + o) * OHW + j + #l - n * OHW, n, o, j + #l - n * OHW, v[#l]);
+            store((n * O + o) * OHW + p, n, o, p, v[#l]);
         }
+    }
+    p += 1;
+    if (p == OHW) {
+        p = 0;
+        n += 1;
     }
     //! end unroll
 }

@@ -165,10 +165,11 @@ def test_every_matmul_kernel_on_edges_batches_and_views(monkeypatch, kernel):
                                atol=1e-4)
 
 
-@pytest.mark.parametrize("kernel", ["gemm", "gemm32x128", "direct"])
+@pytest.mark.parametrize("kernel", [*runners._CONV_TILES, "direct"])
 def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
     """conv2d (with a bias), conv_transpose2d and conv2d_weight, each kernel forced: channels
-    across conv_gemm.wgsl's 64x64 and 32x128 tiles and its BK=16 steps, strides,
+    across conv_gemm.wgsl's tiles (64x64, 32x128, 64x128 of 4x8 and 8x4 a thread) and its BK=16
+    steps, strides,
     dilations, groups, asymmetric padding, and weight gradients over enough pixels to run in
     chunks."""
     from ember.ops import OPS
@@ -180,6 +181,7 @@ def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
         ((3, 6, 5, 5), 70, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),
         ((2, 20, 12, 12), 8, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),
         ((4, 3, 16, 16), 5, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), 1),  # 4 chunks
+        ((9, 3, 3, 3), 4, (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), 1),  # 1 pixel an image
     ]
     for xs, o, kernel_hw, stride, padding, dilation, groups in cases:
         attrs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
@@ -201,7 +203,7 @@ def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
 
 
 @pytest.mark.parametrize("o", [70, 20])
-@pytest.mark.parametrize("kernel", ["gemm", "gemm32x128"])
+@pytest.mark.parametrize("kernel", [*runners._CONV_TILES])
 def test_conv2d_runs_the_chain_after_it_in_its_epilogue(monkeypatch, kernel, o):
     """Fusion(Wgpu()): a conv2d (with or without its bias) and the elementwise ops after it
     (a per-channel scale, a residual of the result's shape, relu) are one kernel, which also

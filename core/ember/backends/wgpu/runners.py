@@ -1078,20 +1078,36 @@ def _conv(entry, be, out, x, second, n_out_groups, o, oh, ow, kernel, attrs, bia
     return out
 
 
+def _conv_tile_code(ra, rc):
+    """conv_gemm.wgsl's ACC, FMA (its k step, unrolled) and STORES for RA x RC vec4s of C a
+    thread: rows (ty + WY * r) * 4 + i, columns (tx + WX * c) * 4 .. + 3 (the threads' vec4s
+    of a tile row side by side: its loads from workgroup memory without bank conflicts)."""
+    acc = [(r, i, c) for r in range(ra) for i in range(4) for c in range(rc)]
+    fma = [f"let a{r} = tile_a[#k][ty + WY * {r}];" for r in range(ra)]
+    fma += [f"let b{c} = tile_b[#k][tx + WX * {c}];" for c in range(rc)]
+    fma += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
+    return dict(
+        ACC="\n".join(f"    var acc{r}{i}{c} = vec4<f32>();" for r, i, c in acc),
+        FMA="\n".join(["        //! unroll k 16", "        {", *("            " + x for x in fma),
+                       "        }", "        //! end unroll"]),
+        STORES="\n".join(f"    store_row(g, chunk, m0 + (ty + WY * {r}) * 4 + {i}, "
+                         f"j0 + (tx + WX * {c}) * 4, acc{r}{i}{c});" for r, i, c in acc))
+
+
 def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, epilogue=None,
-               tile=(64, 64)):
+               tile=(64, 64, 1, 1)):
     """conv_gemm.wgsl's implicit GEMM (MODE 0 conv2d, 1 conv_transpose2d, 2 conv2d_weight)
-    into out, on (m, j) tiles of `tile` (TM x TN, _CONV_TILES). conv2d_weight's sums over
-    N*OH*OW run in chunks (enough workgroups to fill a GPU: its C is only O x C/G*KH*KW), added
-    up by a sum's kernel. `epilogue`: conv2d's fused store (_conv_epilogue: key, its DECLS and
-    STORE, buffers, words, signature). False where the workgroup counts pass WebGPU's 65535
-    (conv.wgsl then)."""
+    into out, on (m, j) tiles of `tile` (TM x TN, RA x RC vec4s a thread: _CONV_TILES).
+    conv2d_weight's sums over N*OH*OW run in chunks (enough workgroups to fill a GPU: its C is
+    only O x C/G*KH*KW), added up by a sum's kernel. `epilogue`: conv2d's fused store
+    (_conv_epilogue: key, its DECLS and STORE, buffers, words, signature). False where the
+    workgroup counts pass WebGPU's 65535 (conv.wgsl then)."""
     (top, _), (left, _) = attrs["padding"]
     groups = attrs["groups"]
     n, c = x.shape[:2]
     pixels, depth = n * oh * ow, (c // groups) * kernel[0] * kernel[1]
     cols, chunks, chunk = (depth, 1, 0) if mode == 2 else (pixels, 1, 0)
-    tm, tn = tile
+    tm, tn, ra, rc = tile
     tiles = (-(-cols // tn), -(-(o // groups) // tm))
     if mode == 2:  # chunks of at least 256 pixels (a multiple of the kernel's step, 16)
         want = (32 if be.device.bridge.is_cpu else 512) // (tiles[0] * tiles[1] * groups)
@@ -1107,9 +1123,10 @@ def _conv_gemm(mode, be, out, x, second, o, oh, ow, kernel, attrs, bias=None, ep
         (), *kernels.conv_store_source(None, (), (), 0, has_bias), (), [], ())
     shape = (*kernel, *attrs["stride"])  # constants of the kernel, as its tile
     fields = dict(MODE=mode, DECLS=decls, STORE=store, TM=tm, TN=tn, TM4=tm // 4, TN4=tn // 4,
+                  RA=ra, RC=rc, **_conv_tile_code(ra, rc),
                   **dict(zip(("KH", "KW", "SH", "SW"), shape)))
     k = compile_kernel(be.device, ("conv_gemm", mode, tile, shape, has_bias, *key), "conv_gemm",
-                       lambda: (render("conv_gemm.wgsl", **fields), "main",
+                       lambda: (kernels._unroll(render("conv_gemm.wgsl", **fields)), "main",
                                 ("w", "r", "r") + ("r",) * has_bias + more_sig))
     dest = out if chunks == 1 else be.empty((chunks, *out.shape), out.dtype)
     buffers = (dest.storage.gpu, x.storage.gpu, second.storage.gpu)
@@ -1155,16 +1172,20 @@ def _conv_epilogue(be, block, producer):
 
 
 _CONV_MODES = {"conv2d": 0, "conv_transpose2d": 1, "conv2d_weight": 2}
-# the implicit GEMM's (TM, TN) tiles: 32x128 halves the work of a 64-row tile where m (the
-# output channels a group; conv2d_weight's too) is 32 or fewer (H200: conv1 of the ConvNet at
-# batch 256, 83 -> 76 us; a 64x128 tile of 8x4 a thread won nowhere there)
-_CONV_TILES = {"gemm": (64, 64), "gemm32x128": (32, 128)}
+# the implicit GEMM's (TM, TN, RA, RC) tiles: 32x128 halves the work of a 64-row tile where m
+# (the output channels a group; conv2d_weight's too) is 32 or fewer (H200: conv1 of the ConvNet
+# at batch 256, 83 -> 76 us; a 64x128 tile of 8x4 a thread won nowhere there); 64x128 of 4x8 or
+# 8x4 a thread (RA x RC vec4s) multiply twice a 4x4's elements for each one staged and gathered
+# (conv2 of the ConvNet: m 64, k 288)
+_CONV_TILES = {"gemm": (64, 64, 1, 1), "gemm32x128": (32, 128, 1, 1),
+               "gemm64x128": (64, 128, 1, 2), "gemm64x128r": (64, 128, 2, 1)}
 
 
 def _conv_kernels(be):
     """The candidates, the default first: the implicit GEMM's tiles, or conv.wgsl's direct
     kernels (one thread an output element: fewer passes over tiny problems).
-    EMBER_WGPU_CONV=gemm|gemm32x128|direct forces one (benchmarks, tests)."""
+    EMBER_WGPU_CONV=gemm|gemm32x128|gemm64x128|gemm64x128r|direct forces one (benchmarks,
+    tests)."""
     forced = os.environ.get("EMBER_WGPU_CONV")
     if forced:
         if forced not in (*_CONV_TILES, "direct"):
