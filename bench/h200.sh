@@ -13,8 +13,10 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 T=$(mktemp -d)
 pip install --quiet --no-index --no-deps --target "$T" .whl/*.whl
 export PYTHONPATH="$T:$PWD/core"
-# the device's copy has no .git: write `git rev-parse --short HEAD > .probe/HEAD` before the call
-echo "commit $(git rev-parse --short HEAD 2>/dev/null || cat .probe/HEAD 2>/dev/null || echo '?')"
+# write `git rev-parse --short HEAD > .probe/HEAD` before the call: the device's copy of the
+# working tree is current, but a .git there can be an older one (it named the session's first
+# commit in every call of 2026-12-02)
+echo "commit $(cat .probe/HEAD 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo '?')"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 for cmd in "$@"; do
     echo "=== $cmd"
