@@ -169,9 +169,8 @@ def test_every_matmul_kernel_on_edges_batches_and_views(monkeypatch, kernel):
 def test_every_conv_kernel_against_numpy(monkeypatch, kernel):
     """conv2d (with a bias), conv_transpose2d and conv2d_weight, each kernel forced: channels
     across conv_gemm.wgsl's tiles (64x64, 32x128, 64x128 of 4x8 and 8x4 a thread) and its BK=16
-    steps, strides,
-    dilations, groups, asymmetric padding, and weight gradients over enough pixels to run in
-    chunks."""
+    steps, strides, dilations, groups, asymmetric padding, and weight gradients over enough
+    pixels to run in chunks."""
     from ember.ops import OPS
     monkeypatch.setenv("EMBER_WGPU_CONV", kernel)
     rng = np.random.default_rng(5)

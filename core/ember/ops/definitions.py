@@ -28,6 +28,7 @@ from .table import (
     REDUCE,
     SOURCE,
     UNARY,
+    _reduce_shape,
     _run,
     one_dtype,
     op,
@@ -178,7 +179,7 @@ def _sum_np(x, dims, keepdim=True):
 
 def _sum_grad(g, y, x, dims, keepdim=True):
     if not keepdim:  # g lacks the reduced dims: put them back (size 1) to broadcast
-        g = g.reshape(tuple(1 if i in dims else s for i, s in enumerate(x.shape)))
+        g = g.reshape(_reduce_shape(x.shape, dims))
     return (g.expand(x.shape),)
 
 
