@@ -4,6 +4,8 @@ and the losses of the 2-GPU run checked against a 1-GPU run at the same global b
     python bench/multi_gpu.py --gpu          # a machine with 2 GPUs (nvidia-h200-x2)
     python bench/multi_gpu.py --cpu          # the same runs, small, on the CPU: a check
     python bench/multi_gpu.py --gpu --model resnet18 --kind torch --steps 40
+    python bench/multi_gpu.py --one-gpu      # full sizes, every process on GPU 0: a check of
+                                             # the command on a machine with one GPU
 
 Models: the shipped ConvNet (MNIST shapes, dropout off so that runs can be compared) and a
 ResNet-18 (CIFAR layout: 3x3 stem, [2, 2, 2, 2] basic blocks of 64-512 channels, 32x32
@@ -23,6 +25,11 @@ batch by its own statistics in both, as DDP without SyncBatchNorm does. Steps: t
 --warmup are not timed; samples/s = the global batch / the median step time of process 0
 (every step reads its loss back, so the GPUs' queues are drained at each). NCCL_NVLS_ENABLE=0
 keeps NVLink multicast off, as the device machines require.
+
+--one-gpu runs the same cases at the same sizes with every process on the first GPU (two
+processes sharing it: its "scaling" column measures sharing one GPU, not a second one). NCCL
+refuses two ranks on one GPU ("Duplicate GPU detected"), so the torch kind's 2-process runs
+are left out there: its rows have the 1-GPU run and the 2-virtual-device losses only.
 """
 
 import argparse
@@ -121,7 +128,7 @@ def worker(job):
     from ember import data, optim, train
 
     a = argparse.Namespace(**json.loads(job))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    local = 0 if a.one_gpu else int(os.environ.get("LOCAL_RANK", "0"))
     backend = _backend(a.kind, a.size, local)
     devices = [backend] + [_backend(a.kind, a.size, local) for _ in range(a.virtual - 1)]
     ember.seed(0)
@@ -158,7 +165,8 @@ def worker(job):
 def _run(args, kind, model, batch, steps, virtual=1, processes=1, overlap=True):
     out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
     job = {"kind": kind, "model": model, "batch": batch, "steps": steps, "virtual": virtual,
-           "out": out, "size": "cpu" if args.cpu else "gpu", "overlap": overlap}
+           "out": out, "size": "cpu" if args.cpu else "gpu", "overlap": overlap,
+           "one_gpu": args.one_gpu}
     cmd = [HERE, "--worker", json.dumps(job)]  # (one argument: torchrun reads options too)
     env = dict(os.environ, NCCL_NVLS_ENABLE="0")
     if args.cpu:  # every run one core per process (torchrun's default), the 1-GPU run too
@@ -196,21 +204,30 @@ def main(args):
             print(f"{model}, {kind}: 1 GPU, 2 GPUs, reference losses ...", file=sys.stderr,
                   flush=True)
             one = _run(args, kind, model, per, steps)
+            ref = _run(args, kind, model, 2 * per, check, virtual=2)
+            if args.one_gpu and kind == "torch":  # (NCCL: one rank per GPU)
+                rows.append((model, kind, one["backend"], per, one["samples_s"], None, None,
+                             None))
+                continue
             two = _run(args, kind, model, 2 * per, steps, processes=2)
             after = _run(args, kind, model, 2 * per, steps, processes=2, overlap=False)
-            ref = _run(args, kind, model, 2 * per, check, virtual=2)
             diff = max(abs(a - b) / max(abs(b), 1e-12)
                        for run in (two, after) for a, b in zip(run["losses"][:check],
                                                                ref["losses"]))
             rows.append((model, kind, two["backend"], per, one["samples_s"], two["samples_s"],
                          after["samples_s"], diff))
-    print(f"\ndata parallel, {steps} steps ({args.warmup} untimed), "
-          f"{'CPU check (--cpu)' if args.cpu else 'GPU'}")
+    where = ("CPU check (--cpu)" if args.cpu else
+             "one GPU shared by both processes (--one-gpu)" if args.one_gpu else "GPU")
+    print(f"\ndata parallel, {steps} steps ({args.warmup} untimed), {where}")
     print(f"{'model':<9} {'kind':<6} {'backend':<34} {'batch/GPU':>9} {'1 GPU':>9} "
           f"{'2 GPUs':>9} {'scaling':>8} {'2, after':>9} {'overlap':>8}  losses vs 1 GPU "
           f"(global batch, {check} steps)")
     failed = False
     for model, kind, backend, per, s1, s2, s2after, diff in rows:
+        if s2 is None:
+            print(f"{model:<9} {kind:<6} {backend[:34]:<34} {per:>9} {s1:>9.0f}  (2 processes "
+                  "left out: NCCL takes one rank per GPU)")
+            continue
         ok = diff <= args.rtol
         failed |= not ok
         print(f"{model:<9} {kind:<6} {backend[:34]:<34} {per:>9} {s1:>9.0f} {s2:>9.0f} "
@@ -228,6 +245,8 @@ def cli():
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--gpu", action="store_true", help="full sizes, on 2 GPUs")
     where.add_argument("--cpu", action="store_true", help="small sizes on the CPU (a check)")
+    where.add_argument("--one-gpu", action="store_true",
+                       help="full sizes, every process on GPU 0 (a check on a 1-GPU machine)")
     p.add_argument("--model", nargs="+", choices=["convnet", "resnet18"],
                    default=["convnet", "resnet18"])
     p.add_argument("--kind", nargs="+", choices=["torch", "wgpu"], default=["torch", "wgpu"])
