@@ -247,15 +247,17 @@ def _each(be, torch):
             continue
         m, n, k, nb = shape
         cands = runners._matmul_kernels(be, True, m, n, k, nb, None)
-        row = []
+        row, times = [], {}
         for c in cands:
             try:
-                t = _kernel_time(be, fn, {"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c},
-                                 target=0.03)
+                times[c] = t = _kernel_time(be, fn, {"EMBER_AUTOTUNE": "0",
+                                                     "EMBER_WGPU_MATMUL": c}, target=0.03)
                 row.append(f"{c} {t * 1e3:.3f}")
             except Exception as e:  # noqa: BLE001
                 row.append(f"{c} FAILED ({type(e).__name__})")
-        print(f"  {name}: " + ", ".join(row), flush=True)
+        best = sorted(times, key=times.get)[:3]
+        print(f"  {name}: " + ", ".join(row) + "\n    fastest: " + ", ".join(
+            f"{c} {times[c] * 1e3:.3f}" for c in best), flush=True)
 
 
 def _epilogue(be, torch, size=4096):

@@ -213,13 +213,20 @@ def test_matmul_candidates_run_a_fused_epilogue(wgpu_backend, monkeypatch, cand)
 def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
     from ember.backends.wgpu import runners
     for name, (wx, wy, ra, tn, bk) in runners.MATMUL_TILES.items():
-        sets = 2 if name[0] == "d" else 1  # double-buffered
-        assert wx * wy <= 256
-        assert runners._tile_bytes(name) == sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 32768
+        flags = runners._flags(name)
+        sets = 2 if "d" in flags else 1  # double-buffered
+        assert wx * wy <= 256 and set(flags) <= set("tdpwng")
+        assert runners._tile_bytes(name) == sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 49152
+        if "w" in flags:  # whole warps of 8 x 4 invocations
+            assert wx % 8 == 0 and wy % 4 == 0
     gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(
         is_cpu=False, limits={"workgroup_storage": 32768})))
     long = runners._matmul_kernels(gpu, True, 64, 4096, 4096, 1, None)
     assert long[0] == "tiled" and any("/s" in c for c in long)
+    # a tile of 48 KiB only where the device has that much
+    assert "w128x256k32" not in long and "w128x256k32" in runners._matmul_kernels(
+        SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(
+            is_cpu=False, limits={"workgroup_storage": 49152}))), True, 64, 4096, 4096, 1, None)
     # a device at WebGPU's default 16 KiB: no kernel that needs 32 KiB, a tile of 16 KiB first
     for is_cpu in (False, True):
         small = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(

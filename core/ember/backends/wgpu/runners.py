@@ -12,6 +12,7 @@ Users add kernels for their own ops with ember.backends.wgpu.register_kernel(op,
 """
 
 import os
+import re
 import struct
 import sys
 import warnings
@@ -813,12 +814,31 @@ MATMUL_TILES = {"tiled": (16, 16, 2, 2, 32),
                 "d128x128k16": (16, 16, 2, 2, 16), "t128x256k16": (16, 16, 2, 4, 16),
                 # "p": A staged by lanes in pairs (matmul_tile.wgsl)
                 "p128x128k32": (16, 16, 2, 2, 32), "p64x128k16": (16, 8, 2, 2, 16),
-                "p128x128k16": (16, 16, 2, 2, 16), "p128x256k16": (16, 16, 2, 4, 16)}
+                "p128x128k16": (16, 16, 2, 2, 16), "p128x256k16": (16, 16, 2, 4, 16),
+                # "w": a warp's 32 invocations 8 columns x 4 rows of the tile's WX x WY (not
+                # 16 x 2), so that a step's workgroup-memory reads meet fewer distinct vec4s;
+                # "n": the next step loaded after the multiply-adds (its registers not held
+                # through them); "g": workgroups taken in bands of 8 tile rows (L2 reuse)
+                "w128x128k32": (16, 16, 2, 2, 32), "dw128x128k16": (16, 16, 2, 2, 16),
+                "n128x128k32": (16, 16, 2, 2, 32), "nw128x128k32": (16, 16, 2, 2, 32),
+                "dnw128x128k16": (16, 16, 2, 2, 16), "gw128x128k32": (16, 16, 2, 2, 32),
+                "g128x128k32": (16, 16, 2, 2, 32), "w64x128k16": (16, 8, 2, 2, 16),
+                "w64x128k32": (16, 8, 2, 2, 32), "dw64x128k32": (16, 8, 2, 2, 32),
+                "w128x256k16": (16, 16, 2, 4, 16), "w128x256k32": (16, 16, 2, 4, 32),
+                "w256x128k16": (16, 16, 4, 2, 16), "w256x128k32": (16, 16, 4, 2, 32),
+                "w64x64k16": (16, 16, 1, 1, 16), "w32x128k16": (16, 8, 1, 2, 16),
+                "dw128x256k16": (16, 16, 2, 4, 16), "dw256x128k16": (16, 16, 4, 2, 16)}
+
+
+def _flags(name):
+    """The letters before a tile's size ("dw128x128k16": "dw"); the default has none."""
+    m = re.match(r"([a-z]+)\d", name)
+    return m.group(1) if m else ""
 
 
 def _tile_bytes(name):
     wx, wy, ra, tn, bk = MATMUL_TILES[name]
-    return (2 if name[0] == "d" else 1) * 16 * bk * (ra * wy + tn * wx)
+    return (2 if "d" in _flags(name) else 1) * 16 * bk * (ra * wy + tn * wx)
 
 
 def _tiles(M, N, nb):
@@ -837,7 +857,8 @@ def _tile(choice):
 def _tile_source(name, t, epilogue):
     """matmul_tile.wgsl for one shape: its accumulators, k loop and stores written out here."""
     wx, wy, ra, tn, bk = MATMUL_TILES[name]
-    n_threads, double = wx * wy, name[0] == "d"
+    flags = _flags(name)
+    n_threads, double = wx * wy, "d" in flags
     bm4, bn4 = ra * wy, tn * wx  # the tile's rows and columns, in vec4s
     a_step, b_step = n_threads // (bk // 4), n_threads // bn4  # rows staged apart
     la, lb = 4 * bm4 // a_step, bk // b_step  # vec4s staged per invocation
@@ -863,15 +884,17 @@ def _tile_source(name, t, epilogue):
         lines += [f"let b{c} = tile_b{n}[#k][tx + {wx * c}];" for c in range(tn)]
         lines += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
         return [f"//! unroll k {bk}", "{", *("    " + x for x in lines), "}", "//! end unroll"]
+    def step(n, k):  # set n's multiply-adds and the registers of the step at k
+        return [*fma(n), *load(k)] if "n" in flags else [*load(k), *fma(n)]
     if double:  # step kt from set 0 while kt + BK is staged into set 1, then the reverse
         loop = [*stage(0), "workgroupBarrier();",
                 "for (var kt = k_first; kt < k_end; kt += 2 * BK) {",
-                *load("kt + BK"), *fma(0), *stage(1), "workgroupBarrier();",
+                *step(0, "kt + BK"), *stage(1), "workgroupBarrier();",
                 "if (kt + BK >= k_end) {", "    break;", "}",
-                *load("kt + 2 * BK"), *fma(1), *stage(0), "workgroupBarrier();", "}"]
+                *step(1, "kt + 2 * BK"), *stage(0), "workgroupBarrier();", "}"]
     else:
         loop = ["for (var kt = k_first; kt < k_end; kt += BK) {", *stage(""),
-                "workgroupBarrier();", *load("kt + BK"), *fma(""), "workgroupBarrier();", "}"]
+                "workgroupBarrier();", *step("", "kt + BK"), "workgroupBarrier();", "}"]
     depth = 0  # the loop's lines indented by their braces
     for j, line in enumerate(loop):
         depth -= line.startswith("}")
@@ -883,13 +906,28 @@ def _tile_source(name, t, epilogue):
             stores += [f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};", f"if (row{r}{i} < M) {{"]
             stores += [f"    if (c{c} < n4) {{ store4(base + row{r}{i} * n4 + c{c}, row{r}{i}, "
                        f"4 * c{c}, acc{r}{i}{c}); }}" for c in range(tn)] + ["}"]
-    if name[0] == "p":
+    if "p" in flags:
         staging = [f"let lr = (t / 2) % {a_step};", f"let lc = t % 2 + 2 * (t / {2 * a_step});"]
     else:
         staging = ["let lr = t / (BK / 4);", "let lc = t % (BK / 4);"]
+    lanes = [f"let t = i32(lid.y) * {wx} + i32(lid.x);"]
+    if "w" in flags:  # warp t / 32 of WX / 8 a row, lane t % 32 of 8 a row
+        lanes += [f"let tx = t / 32 % {wx // 8} * 8 + t % 8;",
+                  f"let ty = t / {4 * wx} * 4 + t % 32 / 8;"]
+    else:
+        lanes += ["let tx = i32(lid.x);", "let ty = i32(lid.y);"]
+    if "g" in flags:  # tile (band * 8 + i % rows, i / rows) for the i-th workgroup of a band
+        lanes += ["let gx = i32(nwg.x);", "let i = i32(wid.y) * gx + i32(wid.x);",
+                  "let band = i / (8 * gx);", "let rows = min(8, i32(nwg.y) - 8 * band);",
+                  "let i_band = i - 8 * gx * band;",
+                  f"let m0 = (8 * band + i_band % rows) * {4 * bm4};",
+                  f"let n0 = i_band / rows * {4 * bn4};"]
+    else:
+        lanes += [f"let m0 = i32(wid.y) * {4 * bm4};", f"let n0 = i32(wid.x) * {4 * bn4};"]
     text = render("matmul_tile.wgsl", T=t, STAGING="\n".join("    " + x for x in staging),
-                  EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
-                  BN=4 * bn4, BN4=bn4, AS=a_step, BS=b_step, LA=la, LB=lb, TILES=tiles,
+                  LANES="\n".join("    " + x for x in lanes),
+                  EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BN4=bn4, AS=a_step, BS=b_step, LA=la,
+                  LB=lb, TILES=tiles,
                   ACC="\n".join(f"    var acc{r}{i}{c} = vec4<{t}>();" for r, i, c in acc),
                   LOOP="\n".join(loop), STORES="\n".join("    " + line for line in stores))
     return kernels._unroll(text)
@@ -927,7 +965,8 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
     out = list(dict.fromkeys(first + fits + narrow))  # (scalar: 2-4x the slowest tile on the H200)
     if epilogue is None and _tiles(M, N, nb) <= 256 and K >= 1024:  # few tiles, long k: split
         out += [f"{t}/s{s}" for t in ("t32x128k16", "t64x64k16", "t64x128k16", "t128x128k16",
-                                       tiled) for s in (2, 4, 8) if K // s >= 256]
+                                       tiled, "w32x128k16", "w64x128k16", "w128x128k32")
+                if t in fits for s in (2, 4, 8, 16) if K // s >= 256]
     return list(dict.fromkeys(out))
 
 
