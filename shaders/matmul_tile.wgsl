@@ -50,9 +50,8 @@ fn load_b(col: i32, ok: bool, k: i32, K: i32, brs: i32) -> vec4<${T}> {
     return vec4<${T}>();
 }
 
-@compute @workgroup_size(${WX}, ${WY})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nwg: vec3<u32>) {
+@compute @workgroup_size(${WX}, ${WY}, ${WZ})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let M = info[0];
     let N = info[1];
     let K = info[2];

@@ -816,18 +816,18 @@ MATMUL_TILES = {"tiled": (16, 16, 2, 2, 32),
                 "p128x128k32": (16, 16, 2, 2, 32), "p64x128k16": (16, 8, 2, 2, 16),
                 "p128x128k16": (16, 16, 2, 2, 16), "p128x256k16": (16, 16, 2, 4, 16),
                 # "w": a warp's 32 invocations 8 columns x 4 rows of the tile's WX x WY (not
-                # 16 x 2), so that a step's workgroup-memory reads meet fewer distinct vec4s;
-                # "n": the next step loaded after the multiply-adds (its registers not held
-                # through them); "g": workgroups taken in bands of 8 tile rows (L2 reuse)
-                "w128x128k32": (16, 16, 2, 2, 32), "dw128x128k16": (16, 16, 2, 2, 16),
-                "n128x128k32": (16, 16, 2, 2, 32), "nw128x128k32": (16, 16, 2, 2, 32),
-                "dnw128x128k16": (16, 16, 2, 2, 16), "gw128x128k32": (16, 16, 2, 2, 32),
-                "g128x128k32": (16, 16, 2, 2, 32), "w64x128k16": (16, 8, 2, 2, 16),
-                "w64x128k32": (16, 8, 2, 2, 32), "dw64x128k32": (16, 8, 2, 2, 32),
-                "w128x256k16": (16, 16, 2, 4, 16), "w128x256k32": (16, 16, 2, 4, 32),
-                "w256x128k16": (16, 16, 4, 2, 16), "w256x128k32": (16, 16, 4, 2, 32),
-                "w64x64k16": (16, 16, 1, 1, 16), "w32x128k16": (16, 8, 1, 2, 16),
-                "dw128x256k16": (16, 16, 2, 4, 16), "dw256x128k16": (16, 16, 4, 2, 16)}
+                # 16 x 2), so that a step's workgroup-memory reads meet fewer distinct vec4s
+                "w128x128k32": (16, 16, 2, 2, 32), "w64x128k16": (16, 8, 2, 2, 16),
+                # "h": two halves of WX x WY invocations, each half of every k step, their sums
+                # added in workgroup memory at the end (twice the warps on a tile: small
+                # products, where the tiles are fewer than the GPU holds)
+                "h64x128k16": (16, 8, 2, 2, 16), "hw64x128k16": (16, 8, 2, 2, 16),
+                "h64x128k32": (16, 8, 2, 2, 32), "dh64x128k16": (16, 8, 2, 2, 16),
+                "h32x128k32": (16, 8, 1, 2, 32), "h64x64k16": (8, 8, 2, 2, 16),
+                "h128x64k16": (8, 16, 2, 2, 16)}
+
+# the accumulators an "h" tile's upper half hands over at a time (a round of _tile_source)
+H_ROUND = 4
 
 
 def _flags(name):
@@ -838,7 +838,9 @@ def _flags(name):
 
 def _tile_bytes(name):
     wx, wy, ra, tn, bk = MATMUL_TILES[name]
-    return (2 if "d" in _flags(name) else 1) * 16 * bk * (ra * wy + tn * wx)
+    flags = _flags(name)
+    return (2 if "d" in flags else 1) * 16 * bk * (ra * wy + tn * wx) + (
+        16 * H_ROUND * wx * wy if "h" in flags else 0)
 
 
 def _tiles(M, N, nb):
@@ -858,7 +860,8 @@ def _tile_source(name, t, epilogue):
     """matmul_tile.wgsl for one shape: its accumulators, k loop and stores written out here."""
     wx, wy, ra, tn, bk = MATMUL_TILES[name]
     flags = _flags(name)
-    n_threads, double = wx * wy, "d" in flags
+    halves, double = 2 if "h" in flags else 1, "d" in flags
+    n_threads = wx * wy * halves  # (all stage the tiles)
     bm4, bn4 = ra * wy, tn * wx  # the tile's rows and columns, in vec4s
     a_step, b_step = n_threads // (bk // 4), n_threads // bn4  # rows staged apart
     la, lb = 4 * bm4 // a_step, bk // b_step  # vec4s staged per invocation
@@ -880,10 +883,17 @@ def _tile_source(name, t, epilogue):
             f"tile_b{n}[brow + {b_step * q}][bc] = pb{q};" for q in range(lb)]
 
     def fma(n):  # the multiply-adds of the step in set n, its k loop unrolled
-        lines = [f"let a{r} = tile_a{n}[#k][ty + {wy * r}];" for r in range(ra)]
-        lines += [f"let b{c} = tile_b{n}[#k][tx + {wx * c}];" for c in range(tn)]
-        lines += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
-        return [f"//! unroll k {bk}", "{", *("    " + x for x in lines), "}", "//! end unroll"]
+        def at(k):
+            lines = [f"let a{r} = tile_a{n}[{k}][ty + {wy * r}];" for r in range(ra)]
+            lines += [f"let b{c} = tile_b{n}[{k}][tx + {wx * c}];" for c in range(tn)]
+            lines += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
+            return ["{", *lines, "}"]
+        if halves == 1:
+            return [f"//! unroll k {bk}", *at("#k"), "//! end unroll"]
+        # each half its k of the step (constant indices; `half` is the same across a warp)
+        half = bk // 2
+        return ["if (half == 0) {", *(x for k in range(half) for x in at(k)),
+                "} else {", *(x for k in range(half, bk) for x in at(k)), "}"]
     def step(n, k):  # set n's multiply-adds and the registers of the step at k
         return [*fma(n), *load(k)] if "n" in flags else [*load(k), *fma(n)]
     if double:  # step kt from set 0 while kt + BK is staged into set 1, then the reverse
@@ -900,7 +910,20 @@ def _tile_source(name, t, epilogue):
         depth -= line.startswith("}")
         loop[j] = "    " * (depth + 1) + line
         depth += line.endswith("{")
-    stores = [f"let c{c} = n0 / 4 + tx + {wx * c};" for c in range(tn)]
+    stores = []
+    if halves == 2:  # the upper half's sums added into the lower half's, H_ROUND at a time
+        names = [f"acc{r}{i}{c}" for r, i, c in acc]
+        for j in range(0, len(names), H_ROUND):
+            part = names[j:j + H_ROUND]
+            stores += ["workgroupBarrier();", "if (half == 1) {"]
+            stores += [f"    tile_h[u + {wx * wy * q}] = {v};" for q, v in enumerate(part)]
+            stores += ["}", "workgroupBarrier();", "if (half == 0) {"]
+            stores += [f"    {v} += tile_h[u + {wx * wy * q}];" for q, v in enumerate(part)]
+            stores += ["}"]
+        stores += ["if (half == 1) {", "    return;", "}"]  # (the lower half stores C)
+        tiles += (f"\nvar<workgroup> tile_h: array<vec4<{t}>, {H_ROUND * wx * wy}>;"
+                  "  // the upper half's sums")
+    stores += [f"let c{c} = n0 / 4 + tx + {wx * c};" for c in range(tn)]
     for r in range(ra):
         for i in range(4):
             stores += [f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};", f"if (row{r}{i} < M) {{"]
@@ -910,24 +933,19 @@ def _tile_source(name, t, epilogue):
         staging = [f"let lr = (t / 2) % {a_step};", f"let lc = t % 2 + 2 * (t / {2 * a_step});"]
     else:
         staging = ["let lr = t / (BK / 4);", "let lc = t % (BK / 4);"]
-    lanes = [f"let t = i32(lid.y) * {wx} + i32(lid.x);"]
-    if "w" in flags:  # warp t / 32 of WX / 8 a row, lane t % 32 of 8 a row
-        lanes += [f"let tx = t / 32 % {wx // 8} * 8 + t % 8;",
-                  f"let ty = t / {4 * wx} * 4 + t % 32 / 8;"]
+    # t: the invocation among all (staging), u: among its half's (the outputs)
+    lanes = [f"let u = i32(lid.y) * {wx} + i32(lid.x);", "let half = i32(lid.z);",
+             f"let t = half * {wx * wy} + u;"]
+    if "w" in flags:  # warp u / 32 of WX / 8 a row, lane u % 32 of 8 a row
+        lanes += [f"let tx = u / 32 % {wx // 8} * 8 + u % 8;",
+                  f"let ty = u / {4 * wx} * 4 + u % 32 / 8;"]
     else:
         lanes += ["let tx = i32(lid.x);", "let ty = i32(lid.y);"]
-    if "g" in flags:  # tile (band * 8 + i % rows, i / rows) for the i-th workgroup of a band
-        lanes += ["let gx = i32(nwg.x);", "let i = i32(wid.y) * gx + i32(wid.x);",
-                  "let band = i / (8 * gx);", "let rows = min(8, i32(nwg.y) - 8 * band);",
-                  "let i_band = i - 8 * gx * band;",
-                  f"let m0 = (8 * band + i_band % rows) * {4 * bm4};",
-                  f"let n0 = i_band / rows * {4 * bn4};"]
-    else:
-        lanes += [f"let m0 = i32(wid.y) * {4 * bm4};", f"let n0 = i32(wid.x) * {4 * bn4};"]
+    lanes += [f"let m0 = i32(wid.y) * {4 * bm4};", f"let n0 = i32(wid.x) * {4 * bn4};"]
     text = render("matmul_tile.wgsl", T=t, STAGING="\n".join("    " + x for x in staging),
                   LANES="\n".join("    " + x for x in lanes),
-                  EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BN4=bn4, AS=a_step, BS=b_step, LA=la,
-                  LB=lb, TILES=tiles,
+                  EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, WZ=halves, BN4=bn4, AS=a_step,
+                  BS=b_step, LA=la, LB=lb, TILES=tiles,
                   ACC="\n".join(f"    var acc{r}{i}{c} = vec4<{t}>();" for r, i, c in acc),
                   LOOP="\n".join(loop), STORES="\n".join("    " + line for line in stores))
     return kernels._unroll(text)
@@ -965,8 +983,8 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
     out = list(dict.fromkeys(first + fits + narrow))  # (scalar: 2-4x the slowest tile on the H200)
     if epilogue is None and _tiles(M, N, nb) <= 256 and K >= 1024:  # few tiles, long k: split
         out += [f"{t}/s{s}" for t in ("t32x128k16", "t64x64k16", "t64x128k16", "t128x128k16",
-                                       tiled, "w32x128k16", "w64x128k16", "w128x128k32")
-                if t in fits for s in (2, 4, 8, 16) if K // s >= 256]
+                                       tiled, "w64x128k16", "h64x128k16", "h32x128k32")
+                if t in fits for s in (2, 4, 8) if K // s >= 256]
     return list(dict.fromkeys(out))
 
 
