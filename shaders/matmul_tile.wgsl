@@ -50,7 +50,7 @@ fn load_b(col: i32, ok: bool, k: i32, K: i32, brs: i32) -> vec4<${T}> {
     return vec4<${T}>();
 }
 
-@compute @workgroup_size(${WX}, ${WY}, ${WZ})
+@compute @workgroup_size(${WX}, ${WY})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let M = info[0];
     let N = info[1];
@@ -70,9 +70,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let k_first = (p % splits) * span;
     let k_end = min(K, k_first + span);
     let k4 = k_end / 4;
-    // invocation t of the workgroup computes C's rows of ty and columns of tx in the tile at
-    // (m0, n0) (runners._tile_source: the lanes' layout in a warp, the tiles' order)
+    let t = i32(lid.y) * ${WX} + i32(lid.x);
+    // this invocation's outputs: rows of ty, columns of tx (runners._tile_source: "w" tiles
+    // lay a warp's lanes out 8 x 4)
 ${LANES}
+    let m0 = i32(wid.y) * ${BM};
+    let n0 = i32(wid.x) * ${BN};
     // staged by this invocation: A rows lr + AS q (vec4 column lc of the k step), B rows
     // brow + BS q (vec4 column bc); "p" tiles: lanes in pairs along a row, 32 bytes each, so
     // that a warp's transposing stores meet 2 to a bank, not BK / 4 (A rows of 128 floats)

@@ -182,7 +182,7 @@ AWKWARD = [((37, 132), (132, 20)), ((2, 3, 67, 40), (40, 68)), ((129, 1028), (10
 def _tile_candidates():
     from ember.backends.wgpu import runners
     return [*runners.MATMUL_TILES, "t64x64k32/s3", "t128x128k16/s2", "t32x128k16/s16",
-            "h32x128k32/s3", "narrow"]
+            "w64x128k16/s3", "narrow"]
 
 
 @pytest.mark.parametrize("cand", _tile_candidates())
@@ -200,7 +200,7 @@ def test_every_matmul_candidate_gives_the_fallbacks_result(wgpu_backend, monkeyp
 
 
 # (/s2: falls back to the tile alone)
-@pytest.mark.parametrize("cand", ["t128x64k16", "hw64x128k16", "t64x64k32/s2", "narrow"])
+@pytest.mark.parametrize("cand", ["t128x64k16", "w64x128k16", "t64x64k32/s2", "narrow"])
 def test_matmul_candidates_run_a_fused_epilogue(wgpu_backend, monkeypatch, cand):
     monkeypatch.setenv("EMBER_AUTOTUNE", "0")
     monkeypatch.setenv("EMBER_WGPU_MATMUL", cand)
@@ -217,10 +217,8 @@ def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
     for name, (wx, wy, ra, tn, bk) in runners.MATMUL_TILES.items():
         flags = runners._flags(name)
         sets = 2 if "d" in flags else 1  # double-buffered
-        halves = 2 if "h" in flags else 1  # two halves of WX x WY, their sums added at the end
-        assert wx * wy * halves <= 256 and set(flags) <= set("tdpwh")
-        assert runners._tile_bytes(name) == sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) + (
-            halves - 1) * 16 * runners.H_ROUND * wx * wy <= 32768
+        assert wx * wy <= 256 and set(flags) <= set("tdpw")
+        assert runners._tile_bytes(name) == sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 32768
         if "w" in flags:  # whole warps of 8 x 4 invocations
             assert wx % 8 == 0 and wy % 4 == 0
     gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(
@@ -290,7 +288,7 @@ def test_a_long_reduction_is_tuned(wgpu_backend):
     assert [e for e in autotune.stats()["tuned"] if e.startswith("wgpu.reduce|")]
 
 
-@pytest.mark.parametrize("cand", ["d64x128k8", "dh64x128k16", "t64x64k32/s3", "narrow"])
+@pytest.mark.parametrize("cand", ["d64x128k8", "t64x64k32/s3", "narrow"])
 def test_matmul_candidates_multiply_int32(wgpu_backend, monkeypatch, cand):
     from ember import Tensor
     monkeypatch.setenv("EMBER_AUTOTUNE", "0")

@@ -815,19 +815,10 @@ MATMUL_TILES = {"tiled": (16, 16, 2, 2, 32),
                 # "p": A staged by lanes in pairs (matmul_tile.wgsl)
                 "p128x128k32": (16, 16, 2, 2, 32), "p64x128k16": (16, 8, 2, 2, 16),
                 "p128x128k16": (16, 16, 2, 2, 16), "p128x256k16": (16, 16, 2, 4, 16),
-                # "w": a warp's 32 invocations 8 columns x 4 rows of the tile's WX x WY (not
-                # 16 x 2), so that a step's workgroup-memory reads meet fewer distinct vec4s
-                "w128x128k32": (16, 16, 2, 2, 32), "w64x128k16": (16, 8, 2, 2, 16),
-                # "h": two halves of WX x WY invocations, each half of every k step, their sums
-                # added in workgroup memory at the end (twice the warps on a tile: small
-                # products, where the tiles are fewer than the GPU holds)
-                "h64x128k16": (16, 8, 2, 2, 16), "hw64x128k16": (16, 8, 2, 2, 16),
-                "h64x128k32": (16, 8, 2, 2, 32), "dh64x128k16": (16, 8, 2, 2, 16),
-                "h32x128k32": (16, 8, 1, 2, 32), "h64x64k16": (8, 8, 2, 2, 16),
-                "h128x64k16": (8, 16, 2, 2, 16)}
-
-# the accumulators an "h" tile's upper half hands over at a time (a round of _tile_source)
-H_ROUND = 4
+                # "w": a warp's 32 invocations 8 columns x 4 rows of the tile's WX x WY, not
+                # 16 x 2 (a k step's workgroup-memory reads meet fewer distinct vec4s): 2-5%
+                # faster than t64x128k16 at 1000^3 and 1024^3 on the H200, the same elsewhere
+                "w64x128k16": (16, 8, 2, 2, 16)}
 
 
 def _flags(name):
@@ -838,9 +829,7 @@ def _flags(name):
 
 def _tile_bytes(name):
     wx, wy, ra, tn, bk = MATMUL_TILES[name]
-    flags = _flags(name)
-    return (2 if "d" in flags else 1) * 16 * bk * (ra * wy + tn * wx) + (
-        16 * H_ROUND * wx * wy if "h" in flags else 0)
+    return (2 if "d" in _flags(name) else 1) * 16 * bk * (ra * wy + tn * wx)
 
 
 def _tiles(M, N, nb):
@@ -860,8 +849,7 @@ def _tile_source(name, t, epilogue):
     """matmul_tile.wgsl for one shape: its accumulators, k loop and stores written out here."""
     wx, wy, ra, tn, bk = MATMUL_TILES[name]
     flags = _flags(name)
-    halves, double = 2 if "h" in flags else 1, "d" in flags
-    n_threads = wx * wy * halves  # (all stage the tiles)
+    n_threads, double = wx * wy, "d" in flags
     bm4, bn4 = ra * wy, tn * wx  # the tile's rows and columns, in vec4s
     a_step, b_step = n_threads // (bk // 4), n_threads // bn4  # rows staged apart
     la, lb = 4 * bm4 // a_step, bk // b_step  # vec4s staged per invocation
@@ -883,47 +871,25 @@ def _tile_source(name, t, epilogue):
             f"tile_b{n}[brow + {b_step * q}][bc] = pb{q};" for q in range(lb)]
 
     def fma(n):  # the multiply-adds of the step in set n, its k loop unrolled
-        def at(k):
-            lines = [f"let a{r} = tile_a{n}[{k}][ty + {wy * r}];" for r in range(ra)]
-            lines += [f"let b{c} = tile_b{n}[{k}][tx + {wx * c}];" for c in range(tn)]
-            lines += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
-            return ["{", *lines, "}"]
-        if halves == 1:
-            return [f"//! unroll k {bk}", *at("#k"), "//! end unroll"]
-        # each half its k of the step (constant indices; `half` is the same across a warp)
-        half = bk // 2
-        return ["if (half == 0) {", *(x for k in range(half) for x in at(k)),
-                "} else {", *(x for k in range(half, bk) for x in at(k)), "}"]
-    def step(n, k):  # set n's multiply-adds and the registers of the step at k
-        return [*fma(n), *load(k)] if "n" in flags else [*load(k), *fma(n)]
+        lines = [f"let a{r} = tile_a{n}[#k][ty + {wy * r}];" for r in range(ra)]
+        lines += [f"let b{c} = tile_b{n}[#k][tx + {wx * c}];" for c in range(tn)]
+        lines += [f"acc{r}{i}{c} += a{r}.{'xyzw'[i]} * b{c};" for r, i, c in acc]
+        return [f"//! unroll k {bk}", "{", *("    " + x for x in lines), "}", "//! end unroll"]
     if double:  # step kt from set 0 while kt + BK is staged into set 1, then the reverse
         loop = [*stage(0), "workgroupBarrier();",
                 "for (var kt = k_first; kt < k_end; kt += 2 * BK) {",
-                *step(0, "kt + BK"), *stage(1), "workgroupBarrier();",
+                *load("kt + BK"), *fma(0), *stage(1), "workgroupBarrier();",
                 "if (kt + BK >= k_end) {", "    break;", "}",
-                *step(1, "kt + 2 * BK"), *stage(0), "workgroupBarrier();", "}"]
+                *load("kt + 2 * BK"), *fma(1), *stage(0), "workgroupBarrier();", "}"]
     else:
         loop = ["for (var kt = k_first; kt < k_end; kt += BK) {", *stage(""),
-                "workgroupBarrier();", *step("", "kt + BK"), "workgroupBarrier();", "}"]
+                "workgroupBarrier();", *load("kt + BK"), *fma(""), "workgroupBarrier();", "}"]
     depth = 0  # the loop's lines indented by their braces
     for j, line in enumerate(loop):
         depth -= line.startswith("}")
         loop[j] = "    " * (depth + 1) + line
         depth += line.endswith("{")
-    stores = []
-    if halves == 2:  # the upper half's sums added into the lower half's, H_ROUND at a time
-        names = [f"acc{r}{i}{c}" for r, i, c in acc]
-        for j in range(0, len(names), H_ROUND):
-            part = names[j:j + H_ROUND]
-            stores += ["workgroupBarrier();", "if (half == 1) {"]
-            stores += [f"    tile_h[u + {wx * wy * q}] = {v};" for q, v in enumerate(part)]
-            stores += ["}", "workgroupBarrier();", "if (half == 0) {"]
-            stores += [f"    {v} += tile_h[u + {wx * wy * q}];" for q, v in enumerate(part)]
-            stores += ["}"]
-        stores += ["if (half == 1) {", "    return;", "}"]  # (the lower half stores C)
-        tiles += (f"\nvar<workgroup> tile_h: array<vec4<{t}>, {H_ROUND * wx * wy}>;"
-                  "  // the upper half's sums")
-    stores += [f"let c{c} = n0 / 4 + tx + {wx * c};" for c in range(tn)]
+    stores = [f"let c{c} = n0 / 4 + tx + {wx * c};" for c in range(tn)]
     for r in range(ra):
         for i in range(4):
             stores += [f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};", f"if (row{r}{i} < M) {{"]
@@ -933,19 +899,15 @@ def _tile_source(name, t, epilogue):
         staging = [f"let lr = (t / 2) % {a_step};", f"let lc = t % 2 + 2 * (t / {2 * a_step});"]
     else:
         staging = ["let lr = t / (BK / 4);", "let lc = t % (BK / 4);"]
-    # t: the invocation among all (staging), u: among its half's (the outputs)
-    lanes = [f"let u = i32(lid.y) * {wx} + i32(lid.x);", "let half = i32(lid.z);",
-             f"let t = half * {wx * wy} + u;"]
-    if "w" in flags:  # warp u / 32 of WX / 8 a row, lane u % 32 of 8 a row
-        lanes += [f"let tx = u / 32 % {wx // 8} * 8 + u % 8;",
-                  f"let ty = u / {4 * wx} * 4 + u % 32 / 8;"]
+    if "w" in flags:  # warp t / 32 of WX / 8 a row, lane t % 32 of 8 a row
+        lanes = [f"let tx = t / 32 % {wx // 8} * 8 + t % 8;",
+                 f"let ty = t / {4 * wx} * 4 + t % 32 / 8;"]
     else:
-        lanes += ["let tx = i32(lid.x);", "let ty = i32(lid.y);"]
-    lanes += [f"let m0 = i32(wid.y) * {4 * bm4};", f"let n0 = i32(wid.x) * {4 * bn4};"]
+        lanes = ["let tx = i32(lid.x);", "let ty = i32(lid.y);"]
     text = render("matmul_tile.wgsl", T=t, STAGING="\n".join("    " + x for x in staging),
                   LANES="\n".join("    " + x for x in lanes),
-                  EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, WZ=halves, BN4=bn4, AS=a_step,
-                  BS=b_step, LA=la, LB=lb, TILES=tiles,
+                  EPILOGUE=epilogue, BK=bk, WX=wx, WY=wy, BM=4 * bm4,
+                  BN=4 * bn4, BN4=bn4, AS=a_step, BS=b_step, LA=la, LB=lb, TILES=tiles,
                   ACC="\n".join(f"    var acc{r}{i}{c} = vec4<{t}>();" for r, i, c in acc),
                   LOOP="\n".join(loop), STORES="\n".join("    " + line for line in stores))
     return kernels._unroll(text)
@@ -983,8 +945,7 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
     out = list(dict.fromkeys(first + fits + narrow))  # (scalar: 2-4x the slowest tile on the H200)
     if epilogue is None and _tiles(M, N, nb) <= 256 and K >= 1024:  # few tiles, long k: split
         out += [f"{t}/s{s}" for t in ("t32x128k16", "t64x64k16", "t64x128k16", "t128x128k16",
-                                       tiled, "w64x128k16", "h64x128k16", "h32x128k32")
-                if t in fits for s in (2, 4, 8) if K // s >= 256]
+                                       tiled, "w64x128k16") for s in (2, 4, 8) if K // s >= 256]
     return list(dict.fromkeys(out))
 
 
