@@ -816,8 +816,8 @@ MATMUL_TILES = {"tiled": (16, 16, 2, 2, 32),
                 "p128x128k32": (16, 16, 2, 2, 32), "p64x128k16": (16, 8, 2, 2, 16),
                 "p128x128k16": (16, 16, 2, 2, 16), "p128x256k16": (16, 16, 2, 4, 16),
                 # "w": a warp's 32 invocations 8 columns x 4 rows of the tile's WX x WY, not
-                # 16 x 2 (a k step's workgroup-memory reads meet fewer distinct vec4s): 2-5%
-                # faster than t64x128k16 at 1000^3 and 1024^3 on the H200, the same elsewhere
+                # 16 x 2 (a k step's workgroup-memory reads meet fewer distinct vec4s): level
+                # with t64x128k16 or 1-6% faster at 1000^3 and 1024^3 in two H200 runs
                 "w64x128k16": (16, 8, 2, 2, 16)}
 
 
