@@ -6,7 +6,8 @@ side with PyTorch (CUDA, fp32, TF32 off).
                                          # 7 matmul and 3 reduction shapes; torch / ember; the
                                          # geometric mean of untuned / tuned; the first call's
                                          # tuning time; the cost of a cached choice
-    python bench/autotune.py --gpu --each     # also every matmul candidate's time, forced
+    python bench/autotune.py --gpu --each     # also every matmul candidate's time, forced,
+                                              # and the fastest three a shape
     python bench/autotune.py --gpu --epilogue # relu(x @ w + b) against the bare product
 
 Shapes are MxNxK (C[M, N] = A[M, K] @ B[K, N]). A row first checks ember's result against
@@ -59,6 +60,35 @@ A, six shapes. In the tuner's table of one H200 run (us a call, the winner first
 r128x128k32 483; 1024^3 p64x128k16 72, r64x128k16 80; batch 32 of 256^3 t64x128k16 38,
 r128x128k32 42; 8 x 16 outputs an invocation on 128 invocations (r128x128k32w8) 1.8-2x the
 others. The transposing stores are not what holds the big products back.
+
+Tried on branch s7-mm (two H200 calls, `--each`, forced times in ms, tiled = 128x128 BK=32,
+call 1 / call 2 where both ran it), only w64x128k16 kept:
+- "w" (a warp's lanes 8 columns x 4 rows of the invocations, not 16 x 2: fewer distinct vec4s
+  a workgroup-memory read): w64x128k16 against t64x128k16 at 1024^3 0.067 / 0.067 against
+  0.068 / 0.070, 1000^3 0.071 / 0.065 against 0.071 / 0.069, 4096^3 3.048 / 3.059 against
+  3.044 / 3.049; w128x128k32 against tiled 4096^3 3.182 / 3.181 against 3.206 / 3.213, 2048^3
+  0.414 / 0.416 against 0.418 / 0.418, batch 32 of 256^3 0.038 / 0.038 against 0.044 / 0.043,
+  where p128x128k32 and p64x128k16 were as fast (0.037-0.039): it added nothing.
+- "g" (workgroups in bands of 8 tile rows, for L2): g128x128k32 3.225 and 0.424 at 4096^3 and
+  2048^3; fp32 at these sizes is compute-bound (an estimate, not measured: 4096^3 reads ~0.3 GB
+  from DRAM, ~70 us of its 3 ms).
+- "n" (the next step loaded after the multiply-adds, its registers not held through them):
+  n128x128k32 3.230 and 0.424.
+- 48 KiB of workgroup memory (the H200's Vulkan limit): dw128x256k16 3.168 / 0.416, 128x256
+  and 256x128 at BK=32 3.42 / 3.73; 64x128 at BK=32 on 128 invocations (12 staged vec4s
+  each) 6.5-6.7, twice t64x128k16.
+- "h" (two halves of the workgroup, each half of every k step, their sums added through
+  workgroup memory: twice the warps a tile for the small products): slower everywhere, e.g.
+  1024^3 dh64x128k16 0.071, h64x128k16 0.080; 4096^3 3.519 and 5.874; batch 32 0.046-0.065.
+- split-k by 16 (64x4096x4096, 4096x64x4096): never the fastest (s8 and s4 are).
+The final call (branch 6685b47, whose other new candidates, reverted after it, none of its
+processes chose; main; the branch again; one process each; kernels alone,
+torch / ember) gave 1024^3 0.84x / 0.90x (main) / 0.88x, 2048^3 0.84x all three, 4096^3 0.90x
+/ 0.90x / 0.89x, 1000^3 0.78x / 0.81x / 0.80x, 4096x4096x64 0.96x / 0.97x / 1.01x,
+64x4096x4096 0.81x / 0.68x / 0.88x, batch 32 of 256^3 0.78x / 0.78x / 0.80x: the branch is
+main within the noise (the tuner's pick among candidates within 5% of each other changes from
+process to process). The open clause stays open: at 1000^3 and batch 32 (~20% short) no tile
+shape tried so far comes near.
 """
 
 import argparse
@@ -247,15 +277,17 @@ def _each(be, torch):
             continue
         m, n, k, nb = shape
         cands = runners._matmul_kernels(be, True, m, n, k, nb, None)
-        row = []
+        row, times = [], {}
         for c in cands:
             try:
-                t = _kernel_time(be, fn, {"EMBER_AUTOTUNE": "0", "EMBER_WGPU_MATMUL": c},
-                                 target=0.03)
+                times[c] = t = _kernel_time(be, fn, {"EMBER_AUTOTUNE": "0",
+                                                     "EMBER_WGPU_MATMUL": c}, target=0.03)
                 row.append(f"{c} {t * 1e3:.3f}")
             except Exception as e:  # noqa: BLE001
                 row.append(f"{c} FAILED ({type(e).__name__})")
-        print(f"  {name}: " + ", ".join(row), flush=True)
+        best = sorted(times, key=times.get)[:3]
+        print(f"  {name}: " + ", ".join(row) + "\n    fastest: " + ", ".join(
+            f"{c} {times[c] * 1e3:.3f}" for c in best), flush=True)
 
 
 def _epilogue(be, torch, size=4096):

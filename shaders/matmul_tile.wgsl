@@ -70,9 +70,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let k_first = (p % splits) * span;
     let k_end = min(K, k_first + span);
     let k4 = k_end / 4;
-    let tx = i32(lid.x);
-    let ty = i32(lid.y);
-    let t = ty * ${WX} + tx;
+    let t = i32(lid.y) * ${WX} + i32(lid.x);
+    // this invocation's outputs: rows of ty, columns of tx (runners._tile_source: "w" tiles
+    // lay a warp's lanes out 8 x 4)
+${LANES}
     let m0 = i32(wid.y) * ${BM};
     let n0 = i32(wid.x) * ${BN};
     // staged by this invocation: A rows lr + AS q (vec4 column lc of the k step), B rows

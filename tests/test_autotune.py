@@ -181,7 +181,8 @@ AWKWARD = [((37, 132), (132, 20)), ((2, 3, 67, 40), (40, 68)), ((129, 1028), (10
 
 def _tile_candidates():
     from ember.backends.wgpu import runners
-    return [*runners.MATMUL_TILES, "t64x64k32/s3", "t128x128k16/s2", "t32x128k16/s16", "narrow"]
+    return [*runners.MATMUL_TILES, "t64x64k32/s3", "t128x128k16/s2", "t32x128k16/s16",
+            "w64x128k16/s3", "narrow"]
 
 
 @pytest.mark.parametrize("cand", _tile_candidates())
@@ -198,7 +199,8 @@ def test_every_matmul_candidate_gives_the_fallbacks_result(wgpu_backend, monkeyp
         np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("cand", ["t128x64k16", "t64x64k32/s2", "narrow"])  # /s2: falls back
+# (/s2: falls back to the tile alone)
+@pytest.mark.parametrize("cand", ["t128x64k16", "w64x128k16", "t64x64k32/s2", "narrow"])
 def test_matmul_candidates_run_a_fused_epilogue(wgpu_backend, monkeypatch, cand):
     monkeypatch.setenv("EMBER_AUTOTUNE", "0")
     monkeypatch.setenv("EMBER_WGPU_MATMUL", cand)
@@ -213,9 +215,12 @@ def test_matmul_candidates_run_a_fused_epilogue(wgpu_backend, monkeypatch, cand)
 def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
     from ember.backends.wgpu import runners
     for name, (wx, wy, ra, tn, bk) in runners.MATMUL_TILES.items():
-        sets = 2 if name[0] == "d" else 1  # double-buffered
-        assert wx * wy <= 256
+        flags = runners._flags(name)
+        sets = 2 if "d" in flags else 1  # double-buffered
+        assert wx * wy <= 256 and set(flags) <= set("tdpw")
         assert runners._tile_bytes(name) == sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 32768
+        if "w" in flags:  # whole warps of 8 x 4 invocations
+            assert wx % 8 == 0 and wy % 4 == 0
     gpu = SimpleNamespace(device=SimpleNamespace(bridge=SimpleNamespace(
         is_cpu=False, limits={"workgroup_storage": 32768})))
     long = runners._matmul_kernels(gpu, True, 64, 4096, 4096, 1, None)
