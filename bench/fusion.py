@@ -233,12 +233,13 @@ def _row(name, seconds, ref, bytes_moved=None, host=None):
     print(f"  {name:34s} {seconds * 1e3:8.3f} ms{bw}  {ref / seconds:5.2f}x{spent}")
 
 
-def gpu(n=1 << 28, repeat=20, rows=8192, cols=4096, size=4096, only=None):
+def gpu(n=1 << 28, repeat=20, rows=8192, cols=4096, size=4096, only=None, calls=20):
     """The H200 run, everything queued 20 calls a sync, side by side with PyTorch (CUDA) in
     this process: gelu_custom on n float32 (effective TB/s; also synced per call);
     relu(x @ w + b) at size^3 against ember's bare matmul; LayerNorm and softmax over
     [rows, cols] against torch's. Ratios: the reference's time over the row's. `only`: one
-    of "gelu", "matmul", "norms"."""
+    of "gelu", "matmul", "norms"; `calls`: the norms' calls a sync (more spread a sync's fixed
+    cost, the first submission's start and the last read-back, thinner)."""
     from ember.backend import Wgpu
     inner = Wgpu()
     fused = Fusion(inner)
@@ -247,7 +248,7 @@ def gpu(n=1 << 28, repeat=20, rows=8192, cols=4096, size=4096, only=None):
     if only in (None, "matmul"):
         _gpu_matmul(inner, fused, size)
     if only in (None, "norms"):
-        _gpu_norms(inner, fused, rows, cols)
+        _gpu_norms(inner, fused, rows, cols, calls)
 
 
 def _gpu_gelu(inner, fused, n, repeat):
@@ -309,7 +310,7 @@ def _gpu_matmul(inner, fused, size):
     _row("torch relu(x @ w + b) (fp32)", torch_mm, bare)
 
 
-def _gpu_norms(inner, fused, rows, cols):
+def _gpu_norms(inner, fused, rows, cols, calls=20):
     import torch
 
     from ember import nn
@@ -325,8 +326,8 @@ def _gpu_norms(inner, fused, rows, cols):
                                atol=1e-7)
     np.testing.assert_allclose(Xf.log_softmax(-1).to_numpy(), X.log_softmax(-1).to_numpy(),
                                rtol=1e-4, atol=1e-4)
-    print(f"over [{rows}, {cols}] float32 (ratio: torch's time over the row's; effective "
-          "bandwidth counts 8 bytes an element):")
+    print(f"over [{rows}, {cols}] float32, {calls} calls a sync (ratio: torch's time over the "
+          "row's; effective bandwidth counts 8 bytes an element):")
     with torch.no_grad():
         for name, f, unfused, ref in (
                 ("LayerNorm", norm_f, lambda: norm(X), lambda: tnorm(tx)),
@@ -343,16 +344,16 @@ def _gpu_norms(inner, fused, rows, cols):
                 return fused.realize(fast(Xf)._prim)
             for _ in range(3):  # (call 1 runs, 2 captures, then replays)
                 jitted()
-            theirs = _queued(ref, cuda)
+            theirs = _queued(ref, cuda, calls)
             _row(f"torch {name}", theirs, theirs, moved)
-            seconds, host = _queued_host(ours, inner.sync)
+            seconds, host = _queued_host(ours, inner.sync, calls)
             _row(f"Fusion(Wgpu()) {name}", seconds, theirs, moved, host)
             gpu, host = _alone(inner, ours)
             _row("  its kernel alone (GPU)", gpu, theirs, moved)
             print(f"  {'  its host time a call (Python)':34s} {host * 1e3:8.3f} ms")
-            seconds, host = _queued_host(jitted, inner.sync)
+            seconds, host = _queued_host(jitted, inner.sync, calls)
             _row("  under ember.jit (a replay)", seconds, theirs, moved, host)
-            _row(f"Wgpu() {name}", _queued(unfused, inner.sync), theirs, moved)
+            _row(f"Wgpu() {name}", _queued(unfused, inner.sync, calls), theirs, moved)
 
 
 def host(rows=64, cols=256, calls=2000, repeat=5):
@@ -404,6 +405,8 @@ if __name__ == "__main__":
     parser.add_argument("--cols", type=int, default=4096)
     parser.add_argument("--only", choices=("gelu", "matmul", "norms"), default=None,
                         help="one part of the GPU run")
+    parser.add_argument("--calls", type=int, default=20,
+                        help="the GPU norms' calls queued before one sync")
     parser.add_argument("--quads", type=int, default=None,
                         help="vec4s a fused elementwise invocation computes (tuning)")
     parser.add_argument("--row-threads", type=int, default=None,
@@ -425,4 +428,4 @@ if __name__ == "__main__":
         if args.row_quads is not None:
             runners.ROW_QUADS = args.row_quads
         gpu(args.elements or 1 << 28, rows=args.rows, cols=args.cols, size=args.size,
-            only=args.only)
+            only=args.only, calls=args.calls)
