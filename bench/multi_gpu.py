@@ -188,7 +188,8 @@ def _run(args, kind, model, batch, steps, virtual=1, processes=1, overlap=True):
         result = json.load(f)
     os.unlink(out)
     steps = np.diff(result["times"])[args.warmup:]
-    result["samples_s"] = result["batch"] / statistics.median(steps)
+    if len(steps):  # (the reference run's few steps are for its losses alone)
+        result["samples_s"] = result["batch"] / statistics.median(steps)
     return result
 
 
