@@ -264,8 +264,53 @@ function canInstallUnpacked(pyodide) {
     && typeof pyodide.FS?.writeFile === "function" && typeof pyodide.loadedPackages === "object";
 }
 
-// boot({indexURL, cdn, emberWheelURL, unpacked, progress, bytes, stdout, stderr})
-//   -> {pyodide, run, versions, timings}
+// ---- a memory snapshot of the booted interpreter -----------------------------------------------
+// Python's own start and Pyodide's bootstrap (~0.4-0.6 s of every start here) are the same on
+// every visit: once a page is ready for the first time, makeSnapshot (in a throwaway worker:
+// snapshot-worker.js) boots one more interpreter with `_makeSnapshot`, copies its heap right
+// after the bootstrap (Pyodide 0.27.7 snapshots only before any package is loaded) and keeps it
+// in Cache Storage, keyed by the pinned runtime's URL (content-addressed: a new runtime never
+// finds an old heap, and makeSnapshot deletes the others). Later boots restore that heap
+// (`_loadSnapshot`) and go on as usual: packages, imports. The interpreter that made it is
+// thrown away because `_makeSnapshot` wraps the page's globals in proxies for the rest of its
+// life (a DOM method called through one fails). A snapshot that does not restore, or a boot from
+// one that fails anywhere later, is deleted and the page boots afresh.
+export const SNAPSHOTS = "pyodide-snapshots";
+const snapshotKey = (indexURL) => `${indexURL}memory-snapshot.bin`;
+
+async function readSnapshot(indexURL) {
+  try {
+    const hit = await (await caches.open(SNAPSHOTS)).match(snapshotKey(indexURL));
+    return hit ? new Uint8Array(await hit.arrayBuffer()) : null;
+  } catch { // no Cache Storage (outside a secure context, some private windows)
+    return null;
+  }
+}
+
+async function forgetSnapshot(indexURL) {
+  try { await (await caches.open(SNAPSHOTS)).delete(snapshotKey(indexURL)); } catch { /* none */ }
+}
+
+// Boots a throwaway interpreter, snapshots it, keeps the snapshot; resolves to its size in bytes.
+export async function makeSnapshot(indexURL) {
+  const { loadPyodide } = await import(/* @vite-ignore */ `${indexURL}pyodide.mjs`);
+  const pyodide = await loadPyodide({ indexURL, fullStdLib: false, _makeSnapshot: true });
+  const snapshot = pyodide.makeMemorySnapshot();
+  const cache = await caches.open(SNAPSHOTS);
+  for (const old of await cache.keys()) {
+    if (old.url !== snapshotKey(indexURL)) await cache.delete(old);
+  }
+  await cache.put(snapshotKey(indexURL), new Response(snapshot, {
+    headers: { "Content-Type": "application/octet-stream", "Content-Length": String(snapshot.length) },
+  }));
+  return snapshot.length;
+}
+
+// boot({indexURL, cdn, emberWheelURL, unpacked, progress, bytes, stdout, stderr, snapshots})
+//   -> {pyodide, run, versions, timings, snapshot}
+// snapshot: "restored" (booted from the kept snapshot), "none" (there was none: the page may
+// make one, makeSnapshot) or "failed" (it did not boot and was deleted); snapshots: false
+// boots without one.
 // unpacked: a promise of fetchPackages(indexURL) started elsewhere (ember.js, on the page's thread,
 // for a worker); by default boot fetches them itself once the runtime is up. A failure there falls
 // back to loadPackage. progress(stage, message); bytes(n): the boot files' bytes so far (byteMeter);
@@ -289,9 +334,22 @@ async function mountCache(FS) {
   return () => sync(false).catch(() => {});
 }
 
-export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, models = [],
-                             progress = () => {}, bytes = () => {}, stdout = () => {},
-                             stderr = () => {} }) {
+export async function boot(options) {
+  // (the CDN's runtime is not the site's: no snapshot of it is kept)
+  const snapshot = options.cdn || options.snapshots === false ? null : readSnapshot(options.indexURL);
+  if (!(await snapshot)) return { ...await bootOnce(options, null), snapshot: "none" };
+  try {
+    return { ...await bootOnce(options, snapshot), snapshot: "restored" };
+  } catch (e) {
+    await forgetSnapshot(options.indexURL);
+    options.progress?.("runtime", `the saved interpreter failed (${e?.message ?? e}); booting afresh`);
+    return { ...await bootOnce(options, null), snapshot: "failed" };
+  }
+}
+
+async function bootOnce({ indexURL, cdn = false, emberWheelURL, unpacked, models = [],
+                          progress = () => {}, bytes = () => {}, stdout = () => {},
+                          stderr = () => {} }, snapshot) {
   const t0 = performance.now();
   unpacked?.catch(() => {}); // handled below, once the runtime is up
   const timings = {};
@@ -313,7 +371,8 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, mod
   const meter = byteMeter(indexURL, bytes);
   let pyodide;
   try {
-    pyodide = await loadPyodide({ indexURL, fullStdLib: false });
+    const restore = snapshot ? { _loadSnapshot: await snapshot } : {};
+    pyodide = await loadPyodide({ indexURL, fullStdLib: false, ...restore });
   } finally {
     if (unpacked) meter.stop(); // (else the wheels' bytes follow: fetchPackages below)
   }
