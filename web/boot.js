@@ -277,18 +277,49 @@ function canInstallUnpacked(pyodide) {
 // one that fails anywhere later, is deleted and the page boots afresh.
 export const SNAPSHOTS = "pyodide-snapshots";
 const snapshotKey = (indexURL) => `${indexURL}memory-snapshot.bin`;
+// Kept beside the bytes: their length and a sum of every 64th word (~1 ms; a SHA-256 of the
+// ~21 MB took 60-130 ms here). It tells a snapshot kept whole from a truncated or foreign one
+// (a heap smaller than the runtime's memory would hang Pyodide's instantiation, not fail it);
+// one damaged inside fails in the restore, which boot() survives.
+const CHECK = "X-Ember-Snapshot-Check";
+function check(bytes) {
+  const words = new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >> 2);
+  let sum = 0;
+  for (let i = 0; i < words.length; i += 64) sum = (Math.imul(sum, 31) + words[i]) >>> 0;
+  return `${bytes.byteLength}:${sum.toString(16)}`;
+}
 
+// The kept snapshot's bytes, or null; one that fails the check is deleted and rejects.
 async function readSnapshot(indexURL) {
+  let cache, hit;
   try {
-    const hit = await (await caches.open(SNAPSHOTS)).match(snapshotKey(indexURL));
-    return hit ? new Uint8Array(await hit.arrayBuffer()) : null;
+    cache = await caches.open(SNAPSHOTS);
+    hit = await cache.match(snapshotKey(indexURL));
   } catch { // no Cache Storage (outside a secure context, some private windows)
     return null;
   }
+  if (!hit) return null;
+  const bytes = new Uint8Array(await hit.arrayBuffer());
+  if (bytes.byteLength % 4 || hit.headers.get(CHECK) !== check(bytes)) {
+    await cache.delete(snapshotKey(indexURL));
+    throw new Error("the kept memory snapshot is damaged");
+  }
+  return bytes;
 }
 
 async function forgetSnapshot(indexURL) {
   try { await (await caches.open(SNAPSHOTS)).delete(snapshotKey(indexURL)); } catch { /* none */ }
+}
+
+// Keeps `bytes` as the snapshot of the runtime at indexURL, the only one kept.
+export async function keepSnapshot(indexURL, bytes) {
+  const cache = await caches.open(SNAPSHOTS);
+  for (const old of await cache.keys()) {
+    if (old.url !== snapshotKey(indexURL)) await cache.delete(old);
+  }
+  await cache.put(snapshotKey(indexURL), new Response(bytes, {
+    headers: { "Content-Type": "application/octet-stream", [CHECK]: check(bytes) },
+  }));
 }
 
 // Boots a throwaway interpreter, snapshots it, keeps the snapshot; resolves to its size in bytes.
@@ -296,20 +327,15 @@ export async function makeSnapshot(indexURL) {
   const { loadPyodide } = await import(/* @vite-ignore */ `${indexURL}pyodide.mjs`);
   const pyodide = await loadPyodide({ indexURL, fullStdLib: false, _makeSnapshot: true });
   const snapshot = pyodide.makeMemorySnapshot();
-  const cache = await caches.open(SNAPSHOTS);
-  for (const old of await cache.keys()) {
-    if (old.url !== snapshotKey(indexURL)) await cache.delete(old);
-  }
-  await cache.put(snapshotKey(indexURL), new Response(snapshot, {
-    headers: { "Content-Type": "application/octet-stream", "Content-Length": String(snapshot.length) },
-  }));
+  await keepSnapshot(indexURL, snapshot);
   return snapshot.length;
 }
 
 // boot({indexURL, cdn, emberWheelURL, unpacked, progress, bytes, stdout, stderr, snapshots})
 //   -> {pyodide, run, versions, timings, snapshot}
 // snapshot: "restored" (booted from the kept snapshot), "none" (there was none: the page may
-// make one, makeSnapshot) or "failed" (it did not boot and was deleted); snapshots: false
+// make one, makeSnapshot) or "failed" (it was damaged or did not boot, and was deleted:
+// booted afresh); snapshots: false
 // boots without one.
 // unpacked: a promise of fetchPackages(indexURL) started elsewhere (ember.js, on the page's thread,
 // for a worker); by default boot fetches them itself once the runtime is up. A failure there falls
@@ -335,21 +361,27 @@ async function mountCache(FS) {
 }
 
 export async function boot(options) {
-  // (the CDN's runtime is not the site's: no snapshot of it is kept)
-  const snapshot = options.cdn || options.snapshots === false ? null : readSnapshot(options.indexURL);
-  if (!(await snapshot)) return { ...await bootOnce(options, null), snapshot: "none" };
+  // (read while the runtime's scripts load; the CDN's runtime is not the site's: none is kept)
+  const kept = options.cdn || options.snapshots === false ? Promise.resolve(null)
+    : readSnapshot(options.indexURL);
+  kept.catch(() => {}); // (a damaged one: awaited in bootOnce, which then boots without it)
+  let used = false;
   try {
-    return { ...await bootOnce(options, snapshot), snapshot: "restored" };
+    const py = await bootOnce(options, kept.then((bytes) => { used = !!bytes; return bytes; },
+                                                 () => null));
+    const damaged = await kept.then(() => false, () => true);
+    return { ...py, snapshot: used ? "restored" : damaged ? "failed" : "none" };
   } catch (e) {
+    if (!used) throw e;
     await forgetSnapshot(options.indexURL);
-    options.progress?.("runtime", `the saved interpreter failed (${e?.message ?? e}); booting afresh`);
-    return { ...await bootOnce(options, null), snapshot: "failed" };
+    options.progress?.("runtime", `the kept interpreter failed (${e?.message ?? e}); booting afresh`);
+    return { ...await bootOnce(options, Promise.resolve(null)), snapshot: "failed" };
   }
 }
 
 async function bootOnce({ indexURL, cdn = false, emberWheelURL, unpacked, models = [],
                           progress = () => {}, bytes = () => {}, stdout = () => {},
-                          stderr = () => {} }, snapshot) {
+                          stderr = () => {} }, snapshot = Promise.resolve(null)) {
   const t0 = performance.now();
   unpacked?.catch(() => {}); // handled below, once the runtime is up
   const timings = {};
@@ -371,7 +403,8 @@ async function bootOnce({ indexURL, cdn = false, emberWheelURL, unpacked, models
   const meter = byteMeter(indexURL, bytes);
   let pyodide;
   try {
-    const restore = snapshot ? { _loadSnapshot: await snapshot } : {};
+    const kept = await snapshot;
+    const restore = kept ? { _loadSnapshot: kept } : {};
     pyodide = await loadPyodide({ indexURL, fullStdLib: false, ...restore });
   } finally {
     if (unpacked) meter.stop(); // (else the wheels' bytes follow: fetchPackages below)
