@@ -1,9 +1,12 @@
 """Every page's time to `ready` in headless Chromium (Pyodide booted, numpy and ember installed
 and imported, the page's own start-up done: #status reads `ready`), cold (a fresh browser
 profile: empty HTTP cache, no service worker) and warm (the same profile, the next visits: the
-HTTP cache and the service worker the first visit left), with the bytes the server sent until
-`ready` (the bodies as they went over the wire: compressed where the server compressed them)
-and then for the service worker's offline copy of the site (until it controls the page).
+HTTP cache, the service worker and the interpreter's memory snapshot the first visit left:
+web/boot.js), with the bytes the server sent until `ready` (the bodies as they went over the
+wire: compressed where the server compressed them) and then for the service worker's offline
+copy of the site (until it controls the page and the snapshot is kept). Each visit's line on
+stderr says how loadEmber booted: from the snapshot (`restored`), without one (`none`), from a
+damaged one that it deleted (`failed`); None for a page without loadEmber (PyScript's).
 
 Time to ready is `performance.now()` when #status first reads `ready`: from the start of the
 navigation, so the page, its modules, the worker and Pyodide's boot all count. The reference
