@@ -153,6 +153,14 @@ def test_a_later_visit_boots_from_the_snapshot_the_first_one_kept(fresh):
     assert _visit(pg, "playground/?worker=0") == "restored"
     assert run_code(pg, CHECK).startswith("1.5 6.0\n")
     assert _visit(pg, "demos/mnist/") == "restored"
+    # loadEmber({snapshots: false}) boots without it, and keeps none
+    assert pg.evaluate("""async (base) => {
+      const { loadEmber } = await import(base + "web/ember.js");
+      const ember = await loadEmber({ worker: true, snapshots: false, progressBar: false });
+      const out = [ember.snapshot, await ember.snapshotSaved];
+      ember.close();
+      return out; }""", pg.base) == ["none", None]
+    assert pg.evaluate(KEPT) == [pg.pinned + "memory-snapshot.bin"]
 
 
 # Each turns the kept snapshot into one that must not boot: the page deletes it, boots afresh,
