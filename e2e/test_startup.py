@@ -149,9 +149,14 @@ def test_a_later_visit_boots_from_the_snapshot_the_first_one_kept(fresh):
     assert _visit(pg) == "restored"
     assert run_code(pg, CHECK).startswith("1.5 6.0\n")
     assert pg.evaluate("performance.getEntriesByName('ember:snapshot-saved').length") == 0
+    # Python's `js` is this realm's globals, not the snapshot maker's
+    js = "import js\nprint(js.self.constructor.name, js.location.pathname)"
+    assert run_code(pg, js).endswith("DedicatedWorkerGlobalScope /web/ember-worker.js\n")
     # on the page's thread too (the snapshot was made in a worker), and in the drawing page
     assert _visit(pg, "playground/?worker=0") == "restored"
     assert run_code(pg, CHECK).startswith("1.5 6.0\n")
+    js = "import js\nprint(js.document.getElementById('status').textContent)"
+    assert run_code(pg, js).endswith("running\n")  # (the DOM, read while the code runs)
     assert _visit(pg, "demos/mnist/") == "restored"
     # loadEmber({snapshots: false}) boots without it, and keeps none
     assert pg.evaluate("""async (base) => {
