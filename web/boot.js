@@ -335,8 +335,7 @@ export async function makeSnapshot(indexURL) {
 //   -> {pyodide, run, versions, timings, snapshot}
 // snapshot: "restored" (booted from the kept snapshot), "none" (there was none: the page may
 // make one, makeSnapshot) or "failed" (it was damaged or did not boot, and was deleted:
-// booted afresh); snapshots: false
-// boots without one.
+// booted afresh). snapshots: false boots without one.
 // unpacked: a promise of fetchPackages(indexURL) started elsewhere (ember.js, on the page's thread,
 // for a worker); by default boot fetches them itself once the runtime is up. A failure there falls
 // back to loadPackage. progress(stage, message); bytes(n): the boot files' bytes so far (byteMeter);
