@@ -290,18 +290,18 @@ function check(bytes) {
 }
 
 // The kept snapshot's bytes, or null; one that fails the check is deleted and rejects.
+// (caches.match with a cacheName, not caches.open: a first visit creates no cache to find none)
 async function readSnapshot(indexURL) {
-  let cache, hit;
+  let hit;
   try {
-    cache = await caches.open(SNAPSHOTS);
-    hit = await cache.match(snapshotKey(indexURL));
+    hit = await caches.match(snapshotKey(indexURL), { cacheName: SNAPSHOTS });
   } catch { // no Cache Storage (outside a secure context, some private windows)
     return null;
   }
   if (!hit) return null;
   const bytes = new Uint8Array(await hit.arrayBuffer());
   if (bytes.byteLength % 4 || hit.headers.get(CHECK) !== check(bytes)) {
-    await cache.delete(snapshotKey(indexURL));
+    await forgetSnapshot(indexURL);
     throw new Error("the kept memory snapshot is damaged");
   }
   return bytes;
