@@ -71,11 +71,14 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, models 
   // the site's offline copy (web/offline.js), imported only now: one module fewer on the way to
   // the worker's start
   if (!cdn) import("./offline.js").then((m) => m.registerOffline(), () => {});
-  // the next visits boot from a memory snapshot (boot.js), made now if none restored; the
-  // User Timing mark says which (the start-up bench reads it)
+  // the next visits boot from a memory snapshot (boot.js), made where none restored once the
+  // page's #status reads ready (offline.js: its own start-up, a model and a first inference,
+  // competed with it for the CPU); the User Timing mark says how this boot went (the start-up
+  // bench reads it)
   performance.mark?.(`ember:ready:snapshot-${handle.snapshot}`);
   handle.snapshotSaved = !cdn && snapshots && handle.snapshot !== "restored"
-    ? saveSnapshot(indexURL) : Promise.resolve(null);
+    ? import("./offline.js").then((m) => m.pageReady(), () => {}).then(() => saveSnapshot(indexURL))
+    : Promise.resolve(null);
   progress("ready", "ready");
   return handle;
 }
