@@ -1,9 +1,12 @@
 """Every page's time to `ready` in headless Chromium (Pyodide booted, numpy and ember installed
 and imported, the page's own start-up done: #status reads `ready`), cold (a fresh browser
 profile: empty HTTP cache, no service worker) and warm (the same profile, the next visits: the
-HTTP cache and the service worker the first visit left), with the bytes the server sent until
-`ready` (the bodies as they went over the wire: compressed where the server compressed them)
-and then for the service worker's offline copy of the site (until it controls the page).
+HTTP cache, the service worker and the interpreter's memory snapshot the first visit left:
+web/boot.js), with the bytes the server sent until `ready` (the bodies as they went over the
+wire: compressed where the server compressed them) and then for the service worker's offline
+copy of the site (until it controls the page and the snapshot is kept). Each visit's line on
+stderr says how loadEmber booted: from the snapshot (`restored`), without one (`none`), from a
+damaged one that it deleted (`failed`); None for a page without loadEmber (PyScript's).
 
 Time to ready is `performance.now()` when #status first reads `ready`: from the start of the
 navigation, so the page, its modules, the worker and Pyodide's boot all count. The reference
@@ -43,9 +46,10 @@ READY_PROBE = """(() => {
 })();"""
 
 
-def _visit(context, server, url, settle=None):
+def _visit(context, server, url, settle=None, booted=None):
     """One navigation in `context`: ms to ready. The server's counts are the caller's.
-    settle(page): called once the page is ready, before it closes."""
+    settle(page): called once the page is ready, before it closes; booted: a list that gets
+    how loadEmber booted (_snapshot)."""
     page = context.new_page()
     outside = []
     # no page.route here: Playwright turns the HTTP cache off while routing. The browser's
@@ -55,6 +59,8 @@ def _visit(context, server, url, settle=None):
     page.goto(url)
     page.wait_for_function("() => window.__startup !== undefined", timeout=120_000)
     got = page.evaluate("window.__startup")
+    if booted is not None:
+        booted.append(_snapshot(page))
     if settle:
         settle(page)
     page.close()
@@ -66,13 +72,25 @@ def _visit(context, server, url, settle=None):
 
 
 def _offline_copy(page, timeout_ms=8_000):
-    """Wait until the service worker controls the page (it has cached the site), so that the
-    warm visits do not compete with its caching; pages without one wait timeout_ms."""
+    """Wait until the service worker controls the page (it has cached the site) and a page
+    that booted with web/boot.js has kept its memory snapshot (or failed to: the marks
+    ember.js sets), so that the warm visits do not compete with either; pages without a
+    service worker wait timeout_ms."""
     try:
         page.wait_for_function("() => navigator.serviceWorker?.controller != null",
                                timeout=timeout_ms)
     except Exception:  # noqa: BLE001 (Playwright's timeout: a page that registers none)
         pass
+    if _snapshot(page) not in (None, "restored"):
+        page.wait_for_function("() => ['ember:snapshot-saved', 'ember:snapshot-failed'].some("
+                               "(m) => performance.getEntriesByName(m).length)", timeout=120_000)
+
+
+def _snapshot(page):
+    """How the page's loadEmber booted (web/ember.js's mark at ready): "restored" (from a memory
+    snapshot), "none", "failed"; None for a page without loadEmber."""
+    return page.evaluate("""performance.getEntriesByType("mark").map((m) => m.name)
+        .filter((n) => n.startsWith("ember:ready:snapshot-")).map((n) => n.slice(21))[0] ?? null""")
 
 
 def _sent(server, what, log):
@@ -98,12 +116,13 @@ def _cold_and_warm(p, server, name, r, log):
             server.reset_counts()
             sent = []
             r["cold"].append(_visit(context, server, server.url + name, settle=lambda page: (
-                sent.append(_sent(server, f"{name} cold", log)), _offline_copy(page))))
+                sent.append(_sent(server, f"{name} cold", log)), _offline_copy(page)),
+                booted=r["booted"]))
             r["cold_bytes"] += sent
             time.sleep(0.5)  # the cache writes
             r["offline_bytes"].append(_sent(server, f"{name} offline copy", log))
             for _ in range(WARM_VISITS):
-                r["warm"].append(_visit(context, server, server.url + name))
+                r["warm"].append(_visit(context, server, server.url + name, booted=r["booted"]))
                 time.sleep(0.3)
                 r["warm_bytes"].append(_sent(server, f"{name} warm", log))
         finally:
@@ -118,7 +137,7 @@ def _measure(sites, pages, runs, log):
     from ember.site import SiteServer
     servers = {k: SiteServer(folder).start() for k, folder in sites.items()}
     keys = ("cold", "warm", "cold_bytes", "offline_bytes", "warm_bytes")
-    result = {k: {page: {key: [] for key in keys} for page in pages} for k in sites}
+    result = {k: {page: {key: [] for key in (*keys, "booted")} for page in pages} for k in sites}
     try:
         with sync_playwright() as p:
             for _ in range(runs):
@@ -128,7 +147,8 @@ def _measure(sites, pages, runs, log):
                         _cold_and_warm(p, server, name, r, log)
                         print(f"  {k} {name}: cold {r['cold'][-1]:.0f} ms, warm "
                               f"{[round(w) for w in r['warm'][-WARM_VISITS:]]} ms, "
-                              f"{r['cold_bytes'][-1] / 1e6:.2f} MB", file=sys.stderr)
+                              f"{r['cold_bytes'][-1] / 1e6:.2f} MB; snapshot "
+                              f"{r['booted'][-1 - WARM_VISITS:]}", file=sys.stderr)
     finally:
         for server in servers.values():
             server.stop()

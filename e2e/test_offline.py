@@ -2,8 +2,8 @@
 `ember site`; web/offline.js registers it once a page is ready): a server of its own serves the
 built site, the playground is visited once, the server is stopped (SiteServer.stop: its kept-alive
 connections too), and the playground (its
-Python runs, a shipped model loads), the landing page, the drawing page and the browser-training
-page still load and reach `ready`.
+Python runs, a shipped model loads, booted from the memory snapshot the first visit kept), the
+landing page, the drawing page and the browser-training page still load and reach `ready`.
 Only 127.0.0.1 is ever asked (OFFLINE_ARGS; the requests are listed)."""
 
 from urllib.parse import urlparse
@@ -35,8 +35,11 @@ def test_pages_load_and_run_with_the_server_gone(offline_page):
     pg = offline_page
     assert wait_ready(pg) == "ready"
     pg.wait_for_function("() => navigator.serviceWorker.controller !== null")
+    # and the memory snapshot of the interpreter (web/boot.js), kept beside the offline copy
+    pg.wait_for_function("() => performance.getEntriesByName('ember:snapshot-saved').length")
     assert run_code(pg, "print(6 * 7)").startswith("42\n")
-    assert pg.evaluate("() => caches.keys()")[0].startswith("ember-")
+    caches = pg.evaluate("() => caches.keys()")
+    assert sorted(caches)[1] == "pyodide-snapshots" and sorted(caches)[0].startswith("ember-")
     pg.server.stop()  # its kept-alive connections too: the pages must come from the cache
     with pytest.raises(Exception):  # noqa: B017 (any network error: the server is gone)
         pg.request.get(pg.base + "playground/", timeout=5_000)
@@ -44,6 +47,7 @@ def test_pages_load_and_run_with_the_server_gone(offline_page):
     pg.wait_for_function("() => { const s = document.querySelector('#status').textContent;"
                          " return s === 'ready' || s.startsWith('error'); }")
     assert pg.text_content("#status") == "ready"
+    assert pg.evaluate("performance.getEntriesByName('ember:ready:snapshot-restored').length")
     assert pg.evaluate("crossOriginIsolated")  # the cached pages keep COOP/COEP: Stop works
     out = run_code(pg, "import ember\nprint(ember.Tensor.ones([2, 3]).sum().item())")
     assert out.startswith("6.0\n"), out

@@ -104,3 +104,99 @@ def test_what_start_up_leaves_out_loads_on_first_use(page):
     with contextlib.redirect_stdout(here):
         exec(code, {"np": np})
     assert out.startswith(f"{here.getvalue()}False\n"), out
+
+
+# ---- the memory snapshot (web/boot.js): made after the first ready, restored on later visits ----
+BOOTED = """performance.getEntriesByType("mark").map((m) => m.name)
+  .filter((n) => n.startsWith("ember:ready:snapshot-")).map((n) => n.slice(21))"""
+SAVED = "() => performance.getEntriesByName('ember:snapshot-saved').length > 0"
+KEPT = """async () => { const c = await caches.open("pyodide-snapshots");
+  return (await c.keys()).map((r) => r.url); }"""
+# what the numbers print in Python natively and in the page: numpy's linalg (a shared library
+# linked at boot), ember on its NdArray backend
+CHECK = ("import numpy as np, ember\n"
+         "print(np.linalg.inv(np.eye(3) * 2).sum(), ember.Tensor.ones([2, 3]).sum().item())")
+
+
+def _visit(pg, path="playground/"):
+    """Open `path`, wait for ready; how loadEmber booted (web/ember.js's mark)."""
+    assert wait_ready(pg, path) == "ready"
+    (booted,) = pg.evaluate(BOOTED)
+    return booted
+
+
+@pytest.fixture
+def fresh(browser, own_server, site_dir):
+    """A page in a context of its own (an empty Cache Storage), on the session's site."""
+    context = browser.new_context()  # no routing: it would turn the HTTP cache off
+    pg = context.new_page()
+    pg.set_default_timeout(120_000)
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.base = own_server.url
+    pg.pinned = own_server.url + json.loads((site_dir / "build-info.json").read_text())[
+        "pinned_runtime"]
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+def test_a_later_visit_boots_from_the_snapshot_the_first_one_kept(fresh):
+    pg = fresh
+    assert _visit(pg) == "none"
+    pg.wait_for_function(SAVED)  # made in a worker of its own once the page was ready
+    assert pg.evaluate(KEPT) == [pg.pinned + "memory-snapshot.bin"]
+    assert _visit(pg) == "restored"
+    assert run_code(pg, CHECK).startswith("1.5 6.0\n")
+    assert pg.evaluate("performance.getEntriesByName('ember:snapshot-saved').length") == 0
+    # Python's `js` is this realm's globals, not the snapshot maker's
+    js = "import js\nprint(js.self.constructor.name, js.location.pathname)"
+    assert run_code(pg, js).endswith("DedicatedWorkerGlobalScope /web/ember-worker.js\n")
+    # on the page's thread too (the snapshot was made in a worker), and in the drawing page
+    assert _visit(pg, "playground/?worker=0") == "restored"
+    assert run_code(pg, CHECK).startswith("1.5 6.0\n")
+    js = "import js\nprint(js.document.getElementById('status').textContent)"
+    assert run_code(pg, js).endswith("running\n")  # (the DOM, read while the code runs)
+    assert _visit(pg, "demos/mnist/") == "restored"
+    # loadEmber({snapshots: false}) boots without it, and keeps none
+    assert pg.evaluate("""async (base) => {
+      const { loadEmber } = await import(base + "web/ember.js");
+      const ember = await loadEmber({ worker: true, snapshots: false, progressBar: false });
+      const out = [ember.snapshot, await ember.snapshotSaved];
+      ember.close();
+      return out; }""", pg.base) == ["none", None]
+    assert pg.evaluate(KEPT) == [pg.pinned + "memory-snapshot.bin"]
+
+
+# Each turns the kept snapshot into one that must not boot: the page deletes it, boots afresh,
+# keeps a good one again, and the visit after boots from that.
+DAMAGE = {
+    # bytes that are no snapshot at all, kept with their own check (so the restore refuses them)
+    "not a snapshot": "(s) => ({ bytes: s.map((_, i) => (i * 7919) >> 3), recheck: true })",
+    # another runtime's: Pyodide's build id (bytes 16-47 of the header) differs
+    "another runtime": "(s) => { s[20] ^= 0xff; return { bytes: s, recheck: true }; }",
+    # cut short under the check of the whole one (it would hang the runtime's instantiation)
+    "truncated": "(s) => ({ bytes: s.slice(0, s.length >> 1), recheck: false })",
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_snapshot_is_deleted_and_the_page_boots_afresh(fresh, damage):
+    pg = fresh
+    assert _visit(pg) == "none"
+    pg.wait_for_function(SAVED)
+    pg.evaluate(f"""async ([pinned, key]) => {{
+      const cache = await caches.open("pyodide-snapshots");
+      const hit = await cache.match(key);
+      const {{ bytes, recheck }} = ({DAMAGE[damage]})(new Uint8Array(await hit.arrayBuffer()));
+      if (recheck) {{  // kept as boot.js keeps one: only the restore can tell
+        const {{ keepSnapshot }} = await import(new URL("../../web/boot.js", pinned).href);
+        await keepSnapshot(pinned, bytes);
+      }} else {{
+        await cache.put(key, new Response(bytes, {{ headers: hit.headers }}));
+      }}
+    }}""", [pg.pinned, pg.pinned + "memory-snapshot.bin"])
+    assert _visit(pg) == "failed"
+    assert run_code(pg, CHECK).startswith("1.5 6.0\n")
+    pg.wait_for_function(SAVED)  # a good one again
+    assert _visit(pg) == "restored"

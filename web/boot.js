@@ -264,8 +264,78 @@ function canInstallUnpacked(pyodide) {
     && typeof pyodide.FS?.writeFile === "function" && typeof pyodide.loadedPackages === "object";
 }
 
-// boot({indexURL, cdn, emberWheelURL, unpacked, progress, bytes, stdout, stderr})
-//   -> {pyodide, run, versions, timings}
+// ---- a memory snapshot of the booted interpreter -----------------------------------------------
+// Python's own start and Pyodide's bootstrap (~0.4-0.6 s of every start here) are the same on
+// every visit: once a page is ready for the first time, makeSnapshot (in a throwaway worker:
+// snapshot-worker.js) boots one more interpreter with `_makeSnapshot`, copies its heap right
+// after the bootstrap (Pyodide 0.27.7 snapshots only before any package is loaded) and keeps it
+// in Cache Storage, keyed by the pinned runtime's URL (content-addressed: a new runtime never
+// finds an old heap, and makeSnapshot deletes the others). Later boots restore that heap
+// (`_loadSnapshot`) and go on as usual: packages, imports. The interpreter that made it is
+// thrown away because `_makeSnapshot` wraps the page's globals in proxies for the rest of its
+// life (a DOM method called through one fails). A snapshot that does not restore, or a boot from
+// one that fails anywhere later, is deleted and the page boots afresh.
+export const SNAPSHOTS = "pyodide-snapshots";
+const snapshotKey = (indexURL) => `${indexURL}memory-snapshot.bin`;
+// Kept beside the bytes: their length and a sum of every 64th word (~1 ms; a SHA-256 of the
+// ~21 MB took 60-130 ms here). It tells a snapshot kept whole from a truncated or foreign one
+// (a heap smaller than the runtime's memory would hang Pyodide's instantiation, not fail it);
+// one damaged inside fails in the restore, which boot() survives.
+const CHECK = "X-Ember-Snapshot-Check";
+function check(bytes) {
+  const words = new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >> 2);
+  let sum = 0;
+  for (let i = 0; i < words.length; i += 64) sum = (Math.imul(sum, 31) + words[i]) >>> 0;
+  return `${bytes.byteLength}:${sum.toString(16)}`;
+}
+
+// The kept snapshot's bytes, or null; one that fails the check is deleted and rejects.
+// (caches.match with a cacheName, not caches.open: a first visit creates no cache to find none)
+async function readSnapshot(indexURL) {
+  let hit;
+  try {
+    hit = await caches.match(snapshotKey(indexURL), { cacheName: SNAPSHOTS });
+  } catch { // no Cache Storage (outside a secure context, some private windows)
+    return null;
+  }
+  if (!hit) return null;
+  const bytes = new Uint8Array(await hit.arrayBuffer());
+  if (bytes.byteLength % 4 || hit.headers.get(CHECK) !== check(bytes)) {
+    await forgetSnapshot(indexURL);
+    throw new Error("the kept memory snapshot is damaged");
+  }
+  return bytes;
+}
+
+async function forgetSnapshot(indexURL) {
+  try { await (await caches.open(SNAPSHOTS)).delete(snapshotKey(indexURL)); } catch { /* none */ }
+}
+
+// Keeps `bytes` as the snapshot of the runtime at indexURL, the only one kept.
+export async function keepSnapshot(indexURL, bytes) {
+  const cache = await caches.open(SNAPSHOTS);
+  for (const old of await cache.keys()) {
+    if (old.url !== snapshotKey(indexURL)) await cache.delete(old);
+  }
+  await cache.put(snapshotKey(indexURL), new Response(bytes, {
+    headers: { "Content-Type": "application/octet-stream", [CHECK]: check(bytes) },
+  }));
+}
+
+// Boots a throwaway interpreter, snapshots it, keeps the snapshot; resolves to its size in bytes.
+export async function makeSnapshot(indexURL) {
+  const { loadPyodide } = await import(/* @vite-ignore */ `${indexURL}pyodide.mjs`);
+  const pyodide = await loadPyodide({ indexURL, fullStdLib: false, _makeSnapshot: true });
+  const snapshot = pyodide.makeMemorySnapshot();
+  await keepSnapshot(indexURL, snapshot);
+  return snapshot.length;
+}
+
+// boot({indexURL, cdn, emberWheelURL, unpacked, progress, bytes, stdout, stderr, snapshots})
+//   -> {pyodide, run, versions, timings, snapshot}
+// snapshot: "restored" (booted from the kept snapshot), "none" (there was none: the page may
+// make one, makeSnapshot) or "failed" (it was damaged or did not boot, and was deleted:
+// booted afresh). snapshots: false boots without one.
 // unpacked: a promise of fetchPackages(indexURL) started elsewhere (ember.js, on the page's thread,
 // for a worker); by default boot fetches them itself once the runtime is up. A failure there falls
 // back to loadPackage. progress(stage, message); bytes(n): the boot files' bytes so far (byteMeter);
@@ -289,9 +359,28 @@ async function mountCache(FS) {
   return () => sync(false).catch(() => {});
 }
 
-export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, models = [],
-                             progress = () => {}, bytes = () => {}, stdout = () => {},
-                             stderr = () => {} }) {
+export async function boot(options) {
+  // (read while the runtime's scripts load; the CDN's runtime is not the site's: none is kept)
+  const kept = options.cdn || options.snapshots === false ? Promise.resolve(null)
+    : readSnapshot(options.indexURL);
+  kept.catch(() => {}); // (a damaged one: awaited in bootOnce, which then boots without it)
+  let used = false;
+  try {
+    const py = await bootOnce(options, kept.then((bytes) => { used = !!bytes; return bytes; },
+                                                 () => null));
+    const damaged = await kept.then(() => false, () => true);
+    return { ...py, snapshot: used ? "restored" : damaged ? "failed" : "none" };
+  } catch (e) {
+    if (!used) throw e;
+    await forgetSnapshot(options.indexURL);
+    options.progress?.("runtime", `the kept interpreter failed (${e?.message ?? e}); booting afresh`);
+    return { ...await bootOnce(options, Promise.resolve(null)), snapshot: "failed" };
+  }
+}
+
+async function bootOnce({ indexURL, cdn = false, emberWheelURL, unpacked, models = [],
+                          progress = () => {}, bytes = () => {}, stdout = () => {},
+                          stderr = () => {} }, snapshot = Promise.resolve(null)) {
   const t0 = performance.now();
   unpacked?.catch(() => {}); // handled below, once the runtime is up
   const timings = {};
@@ -313,7 +402,9 @@ export async function boot({ indexURL, cdn = false, emberWheelURL, unpacked, mod
   const meter = byteMeter(indexURL, bytes);
   let pyodide;
   try {
-    pyodide = await loadPyodide({ indexURL, fullStdLib: false });
+    const kept = await snapshot;
+    const restore = kept ? { _loadSnapshot: kept } : {};
+    pyodide = await loadPyodide({ indexURL, fullStdLib: false, ...restore });
   } finally {
     if (unpacked) meter.stop(); // (else the wheels' bytes follow: fetchPackages below)
   }

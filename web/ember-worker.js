@@ -45,6 +45,7 @@ self.onmessage = async ({ data: m }) => {
     try {
       py = await boot({
         indexURL: m.indexURL, cdn: m.cdn, emberWheelURL: m.wheel, models: m.models,
+        snapshots: m.snapshots,
         unpacked: m.packagesFromPage ? packages : undefined,
         progress: (stage, message) => postMessage({ type: "progress", stage, message }),
         bytes: (n) => postMessage({ type: "bytes", n }),
@@ -58,7 +59,8 @@ self.onmessage = async ({ data: m }) => {
         [flushOutput, flushSignal] = made.toJs({ depth: 1 }); // ember.js sends it during runs
         made.destroy();
       }
-      postMessage({ type: "ready", versions: py.versions, timings: py.timings, flushSignal });
+      postMessage({ type: "ready", versions: py.versions, timings: py.timings, flushSignal,
+                    snapshot: py.snapshot });
     } catch (e) {
       postMessage({ type: "error", message: String(e?.message ?? e) });
     }

@@ -7,6 +7,10 @@
 //   worker    true: run Python in a Web Worker, so the page never freezes while Python runs
 //   models    names of ember.models the page loads at start ("mnist", "fashion-mnist"): their
 //             weights come with the packages (others: before the first run that loads them)
+//   snapshots true (default): boot from the memory snapshot of an interpreter that an earlier
+//             visit kept (boot.js), and keep one once ready where there was none
+//             (handle.snapshot: "restored", "none" or "failed"; handle.snapshotSaved: a
+//             promise of its bytes, or null)
 //   onProgress({stage, message, ms})   stages: runtime, packages, import, ready
 //   onBytes({loaded, total})   the boot files' bytes so far, and in all (null where not known)
 //   progressBar  true (default): while loading, a bar with those bytes right after the page's
@@ -34,7 +38,7 @@ async function emberWheelURL() {
 }
 
 export async function loadEmber({ indexURL, cdn = false, worker = false, models = [],
-                                  onProgress = () => {},
+                                  snapshots = true, onProgress = () => {},
                                   onBytes = () => {}, progressBar = true, onStdout = () => {},
                                   onStderr = () => {} } = {}) {
   const t0 = performance.now();
@@ -56,9 +60,10 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, models 
   let handle;
   try {
     handle = worker
-      ? await bootWorker({ indexURL, cdn, wheel, models, progress, bytes, onStdout, onStderr })
-      : await bootHere({ indexURL, cdn, wheel, models, progress, bytes: bytes(0), onStdout,
-                         onStderr });
+      ? await bootWorker({ indexURL, cdn, wheel, models, snapshots, progress, bytes, onStdout,
+                           onStderr })
+      : await bootHere({ indexURL, cdn, wheel, models, snapshots, progress, bytes: bytes(0),
+                         onStdout, onStderr });
   } finally {
     bar?.remove();
   }
@@ -66,8 +71,40 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, models 
   // the site's offline copy (web/offline.js), imported only now: one module fewer on the way to
   // the worker's start
   if (!cdn) import("./offline.js").then((m) => m.registerOffline(), () => {});
+  // the next visits boot from a memory snapshot (boot.js), made where none restored once the
+  // page's #status reads ready (offline.js: its own start-up, a model and a first inference,
+  // competed with it for the CPU); the User Timing mark says how this boot went (the start-up
+  // bench reads it)
+  performance.mark?.(`ember:ready:snapshot-${handle.snapshot}`);
+  handle.snapshotSaved = !cdn && snapshots && handle.snapshot !== "restored"
+    ? import("./offline.js").then((m) => m.pageReady(), () => {}).then(() => saveSnapshot(indexURL))
+    : Promise.resolve(null);
   progress("ready", "ready");
   return handle;
+}
+
+// A throwaway worker boots one more interpreter and keeps its snapshot (boot.js makeSnapshot):
+// resolves to its size in bytes, or null where it could not (a note on the console). The
+// User Timing mark `ember:snapshot-saved` (or `ember:snapshot-failed`) says when it is done.
+function saveSnapshot(indexURL) {
+  return new Promise((resolve) => {
+    let w;
+    const done = (bytes, why) => {
+      w?.terminate();
+      if (why) console.warn(`ember: no memory snapshot for the next visits (${why})`);
+      performance.mark?.(bytes ? "ember:snapshot-saved" : "ember:snapshot-failed");
+      resolve(bytes ?? null);
+    };
+    try {
+      w = new Worker(new URL("./snapshot-worker.js", import.meta.url), { type: "module" });
+    } catch (e) {
+      done(null, e.message);
+      return;
+    }
+    w.onmessage = ({ data }) => done(data.bytes, data.error);
+    w.onerror = (e) => { e.preventDefault?.(); done(null, e.message || "its worker failed"); };
+    w.postMessage({ indexURL });
+  });
 }
 
 // A <progress> with "3.1 of 14.8 MB" after #status, redrawn at most once a frame.
@@ -107,13 +144,15 @@ function showBar() {
   };
 }
 
-async function bootHere({ indexURL, cdn, wheel, models, progress, bytes, onStdout, onStderr }) {
+async function bootHere({ indexURL, cdn, wheel, models, snapshots, progress, bytes, onStdout,
+                          onStderr }) {
   let sinks = { out: onStdout, err: onStderr };
-  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, models, progress, bytes,
+  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, models, snapshots, progress, bytes,
                           stdout: (t) => sinks.out(t), stderr: (t) => sinks.err(t) });
   let queue = Promise.resolve();
   return {
     worker: false, versions: py.versions, timings: { ...py.timings }, pyodide: py.pyodide,
+    snapshot: py.snapshot,
     runPython(code, { onStdout: o = onStdout, onStderr: e = onStderr, ...opts } = {}) {
       // one run at a time: the output sinks belong to the run in progress
       const run = queue.then(async () => {
@@ -128,7 +167,8 @@ async function bootHere({ indexURL, cdn, wheel, models, progress, bytes, onStdou
   };
 }
 
-function bootWorker({ indexURL, cdn, wheel, models, progress, bytes, onStdout, onStderr }) {
+function bootWorker({ indexURL, cdn, wheel, models, snapshots, progress, bytes, onStdout,
+                      onStderr }) {
   const workerBytes = bytes(1);
   const w = new Worker(new URL("./ember-worker.js", import.meta.url), { type: "module" });
   const runs = new Map();
@@ -158,7 +198,7 @@ function bootWorker({ indexURL, cdn, wheel, models, progress, bytes, onStdout, o
       else if (m.type === "bytes") workerBytes(m.n);
       else if (m.type === "ready") {
         resolve({
-          worker: true, versions: m.versions, timings: m.timings,
+          worker: true, versions: m.versions, timings: m.timings, snapshot: m.snapshot,
           runPython(code, { onStdout: o = onStdout, onStderr: e = onStderr, ...opts } = {}) {
             const id = nextId++;
             return new Promise((res, rej) => {
@@ -178,7 +218,8 @@ function bootWorker({ indexURL, cdn, wheel, models, progress, bytes, onStdout, o
         if (run) { runs.delete(m.id); run.reject(new Error(m.message)); } else fail(m.message);
       }
     };
-    w.postMessage({ type: "boot", indexURL, cdn, wheel, models, interrupt, packagesFromPage: !cdn });
+    w.postMessage({ type: "boot", indexURL, cdn, wheel, models, snapshots, interrupt,
+                    packagesFromPage: !cdn });
     if (!cdn) {
       // fetched and unzipped here while the worker boots the runtime: this thread is idle then
       const meter = byteMeter(indexURL, bytes(0));

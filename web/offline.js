@@ -8,18 +8,25 @@ export function registerOffline() {
   const sw = globalThis.navigator?.serviceWorker;
   if (!sw || !globalThis.isSecureContext) return null;
   const root = new URL("../", import.meta.url);
-  const register = () => sw.register(new URL("sw.js", root), { scope: root.pathname }).catch((e) => {
-    console.warn(`ember: no offline copy of the site (${e.message})`);
-    return null;
-  });
+  return pageReady().then(() => sw.register(new URL("sw.js", root), { scope: root.pathname })
+    .catch((e) => {
+      console.warn(`ember: no offline copy of the site (${e.message})`);
+      return null;
+    }));
+}
+
+// Resolves once the page's #status reads `ready`: at once where it does or where there is none,
+// after 30 s in any case (a page that never says ready). ember.js waits for it too before it
+// makes the memory snapshot (boot.js), for the same reason.
+export function pageReady() {
   const status = globalThis.document?.getElementById("status");
-  if (!status || status.textContent.trim() === "ready") return register();
+  if (!status || status.textContent.trim() === "ready") return Promise.resolve();
   return new Promise((resolve) => {
-    const done = () => { observer.disconnect(); clearTimeout(timer); resolve(register()); };
+    const done = () => { observer.disconnect(); clearTimeout(timer); resolve(); };
     const observer = new MutationObserver(() => {
       if (status.textContent.trim() === "ready") done();
     });
     observer.observe(status, { childList: true, characterData: true, subtree: true });
-    const timer = setTimeout(done, 30_000); // a page that never says ready still goes offline
+    const timer = setTimeout(done, 30_000);
   });
 }
