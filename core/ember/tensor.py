@@ -23,20 +23,40 @@ from .ops import COMPARE, prims
 _NO = object()  # "no second operand"
 _RESHAPE, _SUM, _MATMUL = prims.reshape, prims.sum, prims.matmul
 _NO_ATTRS = {}
+# x.sum()'s attributes by rank up to NumPy's 64 dims, made once (read, never changed, by
+# whatever records them)
+_SUM_ALL = [{"dims": tuple(range(n)), "keepdim": False} for n in range(65)]
 
 # ember.jit's recorder while this thread captures a function (None otherwise): every primitive
 # the Tensor layer runs goes through _execute, and what a replay could not repeat (reading
 # values, drawing random numbers) through _host, so that the recorder sees them. It is per
 # thread: a capture sees only its own thread's ops, and eager ops in other threads never see it.
+# Setting it counts the threads capturing now, so that while none is, an op reads one module
+# global instead of a thread-local attribute (a tenth of a tiny op's time).
+_captures = 0
+_captures_lock = threading.Lock()
+
+
 class _Capturing(threading.local):
-    tracer = None
+    _tracer = None
+
+    @property
+    def tracer(self):
+        return self._tracer
+
+    @tracer.setter
+    def tracer(self, recorder):
+        global _captures
+        with _captures_lock:
+            _captures += (recorder is not None) - (self._tracer is not None)
+            self._tracer = recorder
 
 
 capturing = _Capturing()
 
 
 def _execute(backend, op, prims, attrs, shape, dtype):
-    tracer = capturing.tracer
+    tracer = capturing.tracer if _captures else None
     try:
         if tracer is None:
             return backend.execute(op, prims, attrs, shape, dtype)
@@ -58,7 +78,7 @@ def _out_of_memory(op, shape, dtype, backend, error):
 
 
 def _host(what):
-    tracer = capturing.tracer
+    tracer = capturing.tracer if _captures else None
     if tracer is not None:
         tracer.host(what)
 
@@ -619,8 +639,7 @@ class Tensor:
         # the commonest reduction, without _reduce's general steps, as one op: sum's own
         # keepdim=False drops the dims (one execute: a tiny sum's time is mostly calls)
         backend, dtype = self.backend, self.dtype
-        return Tensor(_execute(backend, _SUM, [self._prim],
-                               {"dims": tuple(range(len(self.shape))), "keepdim": False}, (),
+        return Tensor(_execute(backend, _SUM, [self._prim], _SUM_ALL[len(self.shape)], (),
                                dtype), backend, (), dtype)
 
     def sum_dim(self, dim):
