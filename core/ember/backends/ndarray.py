@@ -13,6 +13,7 @@ import contextvars
 import math
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -24,13 +25,11 @@ from ..ops import kernels as _kernels
 
 # Each op runs with its instance's kernel set active and NumPy silent on overflow, 0/0,
 # log(0), inf - inf (as every GPU backend is): two context variables. Setting and resetting
-# them around each op costs ~1 us, most of a tiny op's time; instead each kernel set keeps
-# Contexts where both are set once, and an op runs inside one (Context.run only switches to
-# it). A Context can be entered by one caller at a time, so an op takes one from its set's
-# list of free ones and gives it back (list.pop and append are atomic: threads need no lock,
-# and no thread-local lookup per op). A fresh Context: nothing of the caller's context
-# variables reaches the op.
-_free_contexts = {}  # kernel set -> its Contexts not running an op now
+# them around each op costs ~1 us, most of a tiny op's time; instead each thread keeps one
+# Context a kernel set, where both are set once, and an op runs inside it (Context.run only
+# switches to it). A fresh Context: nothing of the caller's context variables reaches the op
+# (and no op's function runs another NdArray op, which would enter it twice).
+_contexts = threading.local()
 _ACTIVE = _kernels.ACTIVE
 _refcount = sys.getrefcount
 
@@ -39,6 +38,9 @@ def _context(kernels):
     ctx = contextvars.Context()
     ctx.run(_ACTIVE.set, kernels)
     ctx.run(np.seterr, all="ignore")  # (NumPy 2: a context variable, so here only)
+    if not hasattr(_contexts, "by_set"):
+        _contexts.by_set = {}
+    _contexts.by_set[kernels] = ctx
     return ctx
 
 
@@ -150,6 +152,10 @@ class NdArray(Backend):
             # (a batch-1 forward runs a dozen reshapes)
             return op.np(*inputs, **attrs)
         launched((op.name,))
+        try:
+            ctx = _contexts.by_set[self.kernels]
+        except (AttributeError, KeyError):
+            ctx = _context(self.kernels)
         if op.donors and self.inplace:
             for i in op.donors:  # (every op's donors are positions of its inputs)
                 # (sole_owner's test written out: a tiny op's time is mostly calls like it)
@@ -164,16 +170,9 @@ class NdArray(Backend):
                     if (type(x) is np.ndarray and x.shape == shape and x.base is None
                             and x.dtype == dtype and (f := x.flags).writeable
                             and f.c_contiguous):
-                        attrs = {**attrs, "out": x}
-                        break
-        # (looked up, not kept on the instance: a deep copy of a module copies its backend)
-        free = _free_contexts.get(self.kernels) or _free_contexts.setdefault(self.kernels, [])
-        ctx = free.pop() if free else _context(self.kernels)
-        try:
-            # (an empty **attrs still costs a dict per call: most elementwise ops have none)
-            out = ctx.run(op.np, *inputs, **attrs) if attrs else ctx.run(op.np, *inputs)
-        finally:
-            free.append(ctx)
+                        return ctx.run(op.np, *inputs, out=x, **attrs)
+        # (an empty **attrs still costs a dict per call: most elementwise ops have none)
+        out = ctx.run(op.np, *inputs, **attrs) if attrs else ctx.run(op.np, *inputs)
         # NumPy's ufuncs turn 0-d results into scalars: keep every prim an ndarray
         return out if type(out) is np.ndarray else np.asarray(out)
 
