@@ -24,26 +24,21 @@ from .ops import COMPARE, prims
 _NO = object()  # "no second operand"
 _RESHAPE, _SUM, _MATMUL = prims.reshape, prims.sum, prims.matmul
 _NO_ATTRS = {}
-# x.sum()'s attributes by rank up to NumPy's 64 dims, made once (read, never changed, by
-# whatever records them)
+# x.sum()'s attributes by rank (NumPy's 64 dims at most), made once: nothing changes them
 _SUM_ALL = [{"dims": tuple(range(n)), "keepdim": False} for n in range(65)]
 
 # ember.jit's recorder while this thread captures a function (None otherwise): every primitive
 # the Tensor layer runs goes through _execute, and what a replay could not repeat (reading
 # values, drawing random numbers) through _host, so that the recorder sees them. It is per
 # thread: a capture sees only its own thread's ops, and eager ops in other threads never see it.
-# Setting it counts the threads capturing now, so that while none is, an op reads one module
-# global instead of a thread-local attribute (a tenth of a tiny op's time).
-_captures = 0
-_captures_lock = threading.Lock()
+# Setting it counts the threads capturing now: while none is, an op reads that global instead
+# of a thread-local attribute (a tenth of a tiny op's time).
+_captures, _captures_lock = 0, threading.Lock()
 
 
 class _Capturing(threading.local):
     _tracer = None
-
-    @property
-    def tracer(self):
-        return self._tracer
+    tracer = property(lambda self: self._tracer)
 
     @tracer.setter
     def tracer(self, recorder):
@@ -109,7 +104,6 @@ _refcount = sys.getrefcount
 
 def _take(t, op, pos):
     """The prim of input `t` at position `pos`, stolen from `t` if the op may reuse it."""
-    # (the count read here, not in a function of its own: one call less on every op)
     if pos in op.donors and _refcount(t) <= _UNSHARED:
         prim, t._prim = t._prim, None
         return prim
@@ -1040,11 +1034,9 @@ def _calibrate():
 
     def named_gives(limit):
         global _UNSHARED
-        _UNSHARED, _Probe.gave = limit, []
-        cell = fresh()
+        _UNSHARED, _Probe.gave, cell = limit, [], fresh()
         for run in (calls, operators):
             run(lambda: cell)
-            cell._prim = cell._prim if cell._prim is not None else np.zeros(1, np.float32)
             local_named(run)
         return any(_Probe.gave)
 
