@@ -10,6 +10,7 @@ it needs no backend work and Autodiff differentiates it for free.
 import math
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -23,20 +24,35 @@ from .ops import COMPARE, prims
 _NO = object()  # "no second operand"
 _RESHAPE, _SUM, _MATMUL = prims.reshape, prims.sum, prims.matmul
 _NO_ATTRS = {}
+# x.sum()'s attributes by rank (NumPy's 64 dims at most), made once: nothing changes them
+_SUM_ALL = [{"dims": tuple(range(n)), "keepdim": False} for n in range(65)]
 
 # ember.jit's recorder while this thread captures a function (None otherwise): every primitive
 # the Tensor layer runs goes through _execute, and what a replay could not repeat (reading
 # values, drawing random numbers) through _host, so that the recorder sees them. It is per
 # thread: a capture sees only its own thread's ops, and eager ops in other threads never see it.
+# Setting it counts the threads capturing now: while none is, an op reads that global instead
+# of a thread-local attribute (a tenth of a tiny op's time).
+_captures, _captures_lock = 0, threading.Lock()
+
+
 class _Capturing(threading.local):
-    tracer = None
+    _tracer = None
+    tracer = property(lambda self: self._tracer)
+
+    @tracer.setter
+    def tracer(self, recorder):
+        global _captures
+        with _captures_lock:
+            _captures += (recorder is not None) - (self._tracer is not None)
+            self._tracer = recorder
 
 
 capturing = _Capturing()
 
 
 def _execute(backend, op, prims, attrs, shape, dtype):
-    tracer = capturing.tracer
+    tracer = capturing.tracer if _captures else None
     try:
         if tracer is None:
             return backend.execute(op, prims, attrs, shape, dtype)
@@ -58,7 +74,7 @@ def _out_of_memory(op, shape, dtype, backend, error):
 
 
 def _host(what):
-    tracer = capturing.tracer
+    tracer = capturing.tracer if _captures else None
     if tracer is not None:
         tracer.host(what)
 
@@ -68,30 +84,27 @@ def _host(what):
 # In `((x / c).erf() + 1).sqrt()` the intermediate tensors are referenced by the expression
 # being evaluated and nothing else: their buffers can be reused for the next result. A tensor
 # is "unshared" when its reference count is below that of any tensor a name, container or
-# closure refers to, on every way a Tensor method is entered. `_donatable` is only ever
-# reached as `method(self, ...) -> _elementwise/_apply(op, a, ...) -> _take(a)`: internal code
-# must not call _elementwise/_apply with a tensor it reads afterwards (call the public method
+# closure refers to, on every way a Tensor method is entered. `_take` is only ever reached
+# as `method(self, ...) -> _elementwise/_apply(op, a, ...) -> _take(a)`: internal code must
+# not call _elementwise/_apply with a tensor it reads afterwards (call the public method
 # instead).
 #
-# The limit is measured at import (bottom of this file), from the counts that named and
-# temporary tensors show on method calls (`t.exp()`) and operators (`t + 1`); nothing reads
-# frames or bytecode. A temporary reached through a call moves its reference into the method,
-# so it counts one less than any named tensor and is donated. One reached through an operator
-# keeps a reference on the caller's stack and counts as much as a named tensor reached through
-# a call, so the eager Tensor API cannot tell it apart and leaves it alone: operator chains
-# reuse buffers where ownership is known instead, in ember.jit's replay (an intermediate's last
-# use) and in Fusion's blocks (no intermediate is written at all).
+# The limit is found at import (bottom of this file) by trying limits on probe tensors and
+# watching which give their buffer away, on method calls (`t.exp()`) and operators (`t + 1`);
+# nothing reads frames or bytecode. A temporary reached through a call moves its reference
+# into the method, so it counts one less than any named tensor and is donated. One reached
+# through an operator keeps a reference on the caller's stack and counts as much as a named
+# tensor reached through a call, so the eager Tensor API cannot tell it apart and leaves it
+# alone: operator chains reuse buffers where ownership is known instead, in ember.jit's replay
+# (an intermediate's last use) and in Fusion's blocks (no intermediate is written at all).
 
 _UNSHARED = -1  # the highest reference count of an unshared tensor; -1: donation is off
-
-
-def _donatable(t):
-    return sys.getrefcount(t) <= _UNSHARED
+_refcount = sys.getrefcount
 
 
 def _take(t, op, pos):
     """The prim of input `t` at position `pos`, stolen from `t` if the op may reuse it."""
-    if pos in op.donors and _donatable(t):
+    if pos in op.donors and _refcount(t) <= _UNSHARED:
         prim, t._prim = t._prim, None
         return prim
     return t._prim
@@ -619,8 +632,7 @@ class Tensor:
         # the commonest reduction, without _reduce's general steps, as one op: sum's own
         # keepdim=False drops the dims (one execute: a tiny sum's time is mostly calls)
         backend, dtype = self.backend, self.dtype
-        return Tensor(_execute(backend, _SUM, [self._prim],
-                               {"dims": tuple(range(len(self.shape))), "keepdim": False}, (),
+        return Tensor(_execute(backend, _SUM, [self._prim], _SUM_ALL[len(self.shape)], (),
                                dtype), backend, (), dtype)
 
     def sum_dim(self, dim):
@@ -988,54 +1000,57 @@ def _value_tensor(op, values, like):
 
 
 class _Probe(Backend):
-    """A backend that only hands back its first input: the calibration runs nothing."""
+    """A backend that runs nothing: it notes whether the latest probe tensor (a weak
+    reference: the probe must count as it would alone) had given its buffer away."""
+
+    latest, gave = None, []
 
     def execute(self, op, inputs, attrs, shape, dtype):
+        t = _Probe.latest() if _Probe.latest is not None else None
+        _Probe.gave.append(t is not None and t._prim is None)
         return inputs[0] if inputs and isinstance(inputs[0], np.ndarray) else np.zeros(1)
 
 
 def _calibrate():
-    """Set _UNSHARED from the counts that named and temporary tensors show at `_take` (the
-    probe below stands in for `_donatable` while it runs); where a temporary reached through a
-    call cannot be told apart from every named tensor, donation stays off."""
-    global _donatable, _UNSHARED
-    real, seen = _donatable, []
-
-    def record(t):
-        seen.append(sys.getrefcount(t))  # as _donatable would count: same frames, same args
-        return False
+    """Set _UNSHARED to the highest limit at which no named tensor gives its buffer away, if
+    at that limit every temporary reached through a call does; else donation stays off."""
+    global _UNSHARED
+    probe = _Probe()
 
     def fresh():
-        return Tensor(np.zeros(1, np.float32), _Probe(), (1,), "float32")
+        t = Tensor(np.zeros(1, np.float32), probe, (1,), "float32")
+        _Probe.latest = weakref.ref(t)
+        return t
 
     def calls(make):
-        seen.clear()
         _ = make().exp(), make().add(1), make().__add__(1), make().mask_where(mask, 0)
-        return list(seen)
 
     def operators(make):
-        seen.clear()
         _ = -make(), make() + 1, 1 + make(), make() * make()
-        return list(seen)
 
     def local_named(run):  # a function's local variable, the commonest name of all
         t = fresh()
-        return run(lambda: t)
+        run(lambda: t)
 
-    mask = Tensor(np.zeros(1, bool), _Probe(), (1,), "bool")
-    _donatable = record
+    def named_gives(limit):
+        global _UNSHARED
+        _UNSHARED, _Probe.gave, cell = limit, [], fresh()
+        for run in (calls, operators):
+            run(lambda: cell)
+            local_named(run)
+        return any(_Probe.gave)
+
+    mask = Tensor(np.zeros(1, bool), probe, (1,), "bool")
     try:
-        cell = fresh()
-        named = (calls(lambda: cell) + operators(lambda: cell) + local_named(calls)
-                 + local_named(operators))
-        temporary = calls(fresh)
-        operator_temporary = operators(fresh)
+        limit = next((k - 1 for k in range(1, 64) if named_gives(k)), -1)
+        _UNSHARED, _Probe.gave = limit, []
+        calls(fresh)
+        temporary = list(_Probe.gave)
     finally:
-        _donatable = real
-    limit = min(named) - 1  # any tensor a name refers to counts at least min(named)
-    if max(temporary) <= limit:
+        _UNSHARED, _Probe.latest = -1, None
+    if limit > 0 and all(temporary):
         _UNSHARED = limit
-    return dict(named=named, temporary=temporary, operator_temporary=operator_temporary)
+    return dict(limit=limit, temporary_donated=temporary)
 
 
 _CALIBRATION = _calibrate()

@@ -156,8 +156,11 @@ def _extreme_grad(g, y, x, dims):
     return (g * hit / hit.sum_dim(dims),)
 
 
+_INT32 = np.dtype(np.int32)  # (a dtype against a dtype: no conversion per call)
+
+
 def _sum_np(x, dims, keepdim=True):
-    if x.dtype == np.int32:
+    if x.dtype == _INT32:
         # exact or an error, never wrapped: added in int64, then checked against int32's range
         # (Wgpu, which has no 64-bit ints, wraps as WGSL's i32 does)
         wide = np.add.reduce(x, axis=dims, keepdims=keepdim, dtype=np.int64)
@@ -174,7 +177,8 @@ def _sum_np(x, dims, keepdim=True):
         first = np.add.reduce(x, axis=0, dtype=x.dtype)
         out = np.add.reduce(first, axis=rest, keepdims=keepdim, dtype=x.dtype)
         return out[None] if keepdim else out
-    return np.add.reduce(x, axis=dims, keepdims=keepdim, dtype=x.dtype)
+    # (int64, float32, float64: NumPy's add.reduce keeps them; no dtype= to parse per call)
+    return np.add.reduce(x, axis=dims, keepdims=keepdim)
 
 
 def _sum_grad(g, y, x, dims, keepdim=True):
