@@ -3,7 +3,7 @@ NumPy implementation from the op table. Runs wherever NumPy runs: CPython and Py
 
 Ownership (Burn's optimisation, in Python): an elementwise result may be written into an
 input's own buffer when nothing else can see that buffer. The Tensor layer hands over the
-array of a tensor that only a temporary expression referenced (see tensor._donatable); here
+array of a tensor that only a temporary expression referenced (see tensor._take); here
 the array must then be referenced by our inputs list alone, own its memory (not a view, and
 no view of it alive: a view holds a reference to its base), be writeable, and already have
 the result's shape and dtype.

@@ -85,7 +85,7 @@ def _transposed_with_bias(name, x, weight, bias, channels, **attrs):
         raise ShapeError(f"{name}: bias must have shape [{channels}] (one value per output "
                          f"channel), got {S.fmt(bias.shape)}")
     # `out` stays named on purpose, so the add gets a fresh buffer: handing it the conv's
-    # (tensor._donatable) measured slower in Pyodide, SqueezeNet-sized forward 30 -> 42-45 ms
+    # (tensor._take donating it) measured slower in Pyodide, SqueezeNet-sized forward 30 -> 42-45 ms
     # in headless Chromium (the in-place per-channel add over the conv's output)
     out = _apply(prims.conv_transpose2d, x, weight, **attrs)
     return out if bias is None else out + bias.reshape((1, -1, 1, 1))
