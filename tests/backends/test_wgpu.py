@@ -342,6 +342,27 @@ def test_batches_are_flushed_by_count():
                                rtol=1e-5)
 
 
+def test_many_submissions_wait_for_the_older_half_only(monkeypatch):
+    # at max_in_flight submissions the device waits for the one max_in_flight // 2 back (its
+    # token), not for everything: the GPU keeps the newer half queued while Python goes on
+    device, bridge = B.device, B.device.bridge
+    B.sync()
+    waited, wait = [], bridge.wait
+    monkeypatch.setattr(bridge, "wait", lambda token=None: (waited.append(token), wait(token)))
+    monkeypatch.setattr(device, "max_in_flight", 4)
+    x, tokens = t(rand(16)), []
+    submit = bridge.submit
+    monkeypatch.setattr(bridge, "submit", lambda *a: tokens.append(submit(*a)) or tokens[-1])
+    for _ in range(9):
+        x = x + 1
+        device.flush()
+    assert len(tokens) == 9 and all(k is not None for k in tokens)
+    assert waited == [tokens[1], tokens[3], tokens[5]]  # (at 4 in flight: 2 are kept)
+    assert list(device._in_flight) == tokens[6:]
+    np.testing.assert_allclose(x.to_numpy(), t(rand(16)).to_numpy() + 9, rtol=1e-6)
+    assert not device._in_flight  # (a read waits for everything before it)
+
+
 def test_a_submission_with_the_meta_already_written_skips_the_write():
     # the native bridge leaves its info buffer as it is when a submission's words are the ones
     # it holds (a replayed plan, a kernel called again on the same layout): same results

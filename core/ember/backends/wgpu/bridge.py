@@ -62,11 +62,13 @@ class Bridge:
         raise NotImplementedError
 
     def submit(self, meta, commands):
-        """Record the commands in one compute pass and submit them."""
+        """Record the commands in one compute pass and submit them. Returns a token for
+        wait(), or None where the platform cannot wait for one submission alone."""
         raise NotImplementedError
 
-    def wait(self):
-        """Block until the GPU has finished everything submitted."""
+    def wait(self, token=None):
+        """Block until the GPU has finished the submission `submit` returned `token` for (and
+        everything before it); with None, everything submitted."""
         raise NotImplementedError
 
     def forget_bind_groups(self):

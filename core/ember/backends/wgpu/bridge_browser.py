@@ -236,7 +236,7 @@ class BrowserBridge(Bridge):
         from pyodide.ffi import run_sync
         return run_sync(self.read_async(buffer, offset, nbytes))
 
-    def wait(self):
+    def wait(self, token=None):  # (submit returns no tokens here: always everything)
         if self.can_block:
             from pyodide.ffi import run_sync
             run_sync(self._js.wait())

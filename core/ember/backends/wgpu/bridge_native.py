@@ -127,9 +127,11 @@ class NativeBridge(Bridge):
         tmp.destroy()
         return data
 
-    def wait(self):
-        if _RAW is not None:  # blocks until the last submission is done: no read-back
-            _RAW[2].wgpuDevicePoll(self.device._internal, True, _RAW[0].NULL)
+    def wait(self, token=None):
+        if _RAW is not None:  # blocks until that submission (or the last) is done: no read-back
+            ffi = _RAW[0]
+            index = ffi.NULL if token is None else ffi.new("WGPUSubmissionIndex[1]", [token])
+            _RAW[2].wgpuDevicePoll(self.device._internal, True, index)
         else:
             self.queue.read_buffer(self._probe, 0, 4)
 
@@ -205,6 +207,7 @@ class NativeBridge(Bridge):
             compute.dispatch_workgroups(*groups)
         compute.end()
         self.queue.submit([encoder.finish()])
+        return None  # (wgpu-py's submit gives no submission index: wait() waits for all)
 
     def _submit_raw(self, meta, commands):
         # the same calls through wgpu-native's entry points, without wgpu-py's descriptor
@@ -229,11 +232,13 @@ class NativeBridge(Bridge):
             done = libf.wgpuCommandEncoderFinish(encoder, ffi.NULL)
         finally:
             lib.wgpuCommandEncoderRelease(encoder)
-        try:
-            libf.wgpuQueueSubmit(self.queue._internal, 1, ffi.new("WGPUCommandBuffer[1]", [done]))
+        try:  # (the index lets the device wait for this submission alone)
+            index = libf.wgpuQueueSubmitForIndex(self.queue._internal, 1,
+                                                 ffi.new("WGPUCommandBuffer[1]", [done]))
         finally:
             lib.wgpuCommandBufferRelease(done)
         del groups_used
+        return index
 
     def _record_raw(self, compute, commands):
         # wgpu-py wraps every native call in Python error capture (~15 us a call, three calls a
