@@ -52,6 +52,29 @@ def test_a_replay_is_one_submission_and_keeps_every_result():
                                    atol=1e-6)
 
 
+def test_replays_share_a_submission_while_the_gpu_is_busy(monkeypatch):
+    # with `gather_after` submissions queued, `gather` plans go into one submission (each its
+    # own meta words and results); a read submits what waits
+    model = ember.models.ConvNet(channels=(4, 8), hidden=16, backend=B).eval()
+    fast = ember.jit(model)
+    fast(_x(0))
+    fast(_x(1))
+    n = len(_runner(fast).commands)
+    monkeypatch.setattr(B.device, "gather_after", 0)  # (as if the GPU were always busy)
+    kept, submits = [], []
+    monkeypatch.setattr(B.device, "gather", 4)
+    xs = [_x(seed) for seed in range(2, 8)]
+    for seed, x in enumerate(xs, 2):
+        y, did = _replayed(fast, x)
+        submits.append(did["submits"])
+        assert did["dispatches"] == n
+        kept.append((seed, y))
+    assert submits == [0, 0, 0, 1, 0, 0]
+    for seed, y in kept:
+        np.testing.assert_allclose(y.to_numpy(), model(_x(seed)).to_numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
 def test_a_replay_allocates_nothing_new():
     fast = ember.jit(lambda x: ((x * 2).exp() + x).sum_dim(1))
     x = _x(0, (64, 64))
