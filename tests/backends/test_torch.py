@@ -192,6 +192,7 @@ def test_tf32_applies_to_this_backends_matmuls_only(monkeypatch):
     matmul = torch.backends.cuda.matmul
     before = matmul.fp32_precision
     seen = []
+    Torch(DEVICE)  # (the first Torch() fills KERNELS: this test may run first)
     real = torch_backend.KERNELS[OPS["matmul"]]
 
     def spy(a, b):
