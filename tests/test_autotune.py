@@ -199,29 +199,6 @@ def test_every_matmul_candidate_gives_the_fallbacks_result(wgpu_backend, monkeyp
         np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
-# shapes the "e" (exact) tiles cover: whole tiles, whole steps per split, a broadcast batch
-EXACT = [((128, 256), (256, 256)), ((2, 64, 512), (512, 128)), ((3, 128, 64), (64, 128))]
-
-
-@pytest.mark.parametrize("cand", ["e128x128k32", "ew64x128k16", "ed128x64k8", "e128x128k8",
-                                  "ep64x128k16/s2", "e64x128k16/s4"])
-def test_exact_matmul_tiles_give_the_fallbacks_result(wgpu_backend, monkeypatch, cand):
-    from ember.backends.wgpu import runners
-    monkeypatch.setenv("EMBER_AUTOTUNE", "0")
-    rng = np.random.default_rng(3)
-    for sa, sb in EXACT:
-        if not runners._exact(cand, sa[-2], sb[-1], sa[-1]):
-            continue
-        a, b = rng.standard_normal(sa, dtype=np.float32), rng.standard_normal(sb, dtype=np.float32)
-        monkeypatch.setenv("EMBER_WGPU_MATMUL", cand)
-        assert runners._matmul_kernels(wgpu_backend, True, sa[-2], sb[-1], sa[-1], 1, None) == [
-            cand]  # the exact form itself, not its checked one
-        np.testing.assert_allclose(_product(wgpu_backend, a, b), a @ b, rtol=1e-4, atol=1e-4,
-                                   err_msg=f"{cand} {sa}@{sb}")
-    assert runners._exact("e128x128k32", 128, 256, 256) and not runners._exact(
-        "e128x128k32", 128, 252, 256) and not runners._exact("e64x128k16/s4", 64, 128, 32)
-
-
 # (/s2: falls back to the tile alone)
 @pytest.mark.parametrize("cand", ["t128x64k16", "w64x128k16", "t64x64k32/s2", "narrow"])
 def test_matmul_candidates_run_a_fused_epilogue(wgpu_backend, monkeypatch, cand):
@@ -240,9 +217,7 @@ def test_matmul_candidates_fit_a_browser_and_split_only_long_products():
     for name, (wx, wy, ra, tn, bk) in runners.MATMUL_TILES.items():
         flags = runners._flags(name)
         sets = 2 if "d" in flags else 1  # double-buffered
-        assert wx * wy <= 256 and set(flags) <= set("tdpwe")
-        if "e" in flags:  # its checked form, for shapes with edges: the same tile
-            assert runners.MATMUL_TILES[runners._checked(name)] == (wx, wy, ra, tn, bk)
+        assert wx * wy <= 256 and set(flags) <= set("tdpw")
         assert runners._tile_bytes(name) == sets * 4 * bk * (4 * ra * wy + 4 * tn * wx) <= 32768
         if "w" in flags:  # whole warps of 8 x 4 invocations
             assert wx % 8 == 0 and wy % 4 == 0

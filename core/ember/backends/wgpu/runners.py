@@ -818,13 +818,7 @@ MATMUL_TILES = {"tiled": (16, 16, 2, 2, 32),
                 # "w": a warp's 32 invocations 8 columns x 4 rows of the tile's WX x WY, not
                 # 16 x 2 (a k step's workgroup-memory reads meet fewer distinct vec4s): level
                 # with t64x128k16 or 1-6% faster at 1000^3 and 1024^3 in two H200 runs
-                "w64x128k16": (16, 8, 2, 2, 16),
-                # "e": exact, for products whose M, N and K (per split) divide the tile: loads
-                # and stores with no edge checks (_exact; _matmul_kernels offers them only
-                # there)
-                "e128x128k32": (16, 16, 2, 2, 32), "e64x128k16": (16, 8, 2, 2, 16),
-                "ew64x128k16": (16, 8, 2, 2, 16), "ep64x128k16": (16, 8, 2, 2, 16),
-                "ed128x64k8": (8, 16, 2, 2, 8), "e128x128k8": (16, 16, 2, 2, 8)}
+                "w64x128k16": (16, 8, 2, 2, 16)}
 
 
 def _flags(name):
@@ -842,22 +836,6 @@ def _tiles(M, N, nb):
     """How many 128 x 128 tiles C has: a product with few of them leaves a GPU idle unless it
     splits k (_matmul_kernels' split-k candidates, _matmul_epilogue's decline)."""
     return nb * -(-M // 128) * -(-N // 128)
-
-
-def _exact(choice, M, N, K):
-    """Whether matmul_tile.wgsl's tile "NAME" or "NAME/sS" covers C and each split's k range in
-    whole tiles and steps, with nothing past an edge (what its "e" form assumes)."""
-    name, _, s = choice.partition("/s")
-    wx, wy, ra, tn, bk = MATMUL_TILES[name]
-    return M % (4 * ra * wy) == 0 and N % (4 * tn * wx) == 0 and K % (int(s or 1) * bk) == 0
-
-
-def _checked(choice):
-    """The "e" tile's form with edge checks, same shape and splits ("e128x128k32": "tiled")."""
-    name, sep, s = choice.partition("/s")
-    flags = _flags(name)
-    plain = (flags.replace("e", "") or "t") + name[len(flags):]
-    return (plain if plain in MATMUL_TILES else "tiled") + sep + s
 
 
 def _tile(choice):
@@ -883,11 +861,6 @@ def _tile_source(name, t, epilogue):
         for n in sets)
 
     def load(k):  # the registers of the step at k (an expression)
-        if "e" in flags:  # no edges; past the split's last step, its last step again (no
-            # branch: one around the loads ran 12% slower at 4096^3 on the H200)
-            return [f"kn = min({k}, k_end - BK);", *(
-                f"pa{q} = lhs[a_row{q} + kn / 4 + lc];" for q in range(la)), *(
-                f"pb{q} = rhs[b_col + (kn + brow + {b_step * q}) * brs];" for q in range(lb))]
         return [f"pa{q} = load_a(a_row{q}, a_ok{q}, ({k}) / 4 + lc, k4);" for q in range(la)] + [
             f"pb{q} = load_b(b_col, b_ok, {k} + brow + {b_step * q}, k_end, brs);"
             for q in range(lb)]
@@ -911,8 +884,6 @@ def _tile_source(name, t, epilogue):
     else:
         loop = ["for (var kt = k_first; kt < k_end; kt += BK) {", *stage(""),
                 "workgroupBarrier();", *load("kt + BK"), *fma(""), "workgroupBarrier();", "}"]
-    if "e" in flags:
-        loop.insert(0, "var kn = k_first;")
     depth = 0  # the loop's lines indented by their braces
     for j, line in enumerate(loop):
         depth -= line.startswith("}")
@@ -921,14 +892,9 @@ def _tile_source(name, t, epilogue):
     stores = [f"let c{c} = n0 / 4 + tx + {wx * c};" for c in range(tn)]
     for r in range(ra):
         for i in range(4):
-            stores.append(f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};")
-            put = [f"store4(base + row{r}{i} * n4 + c{c}, row{r}{i}, 4 * c{c}, acc{r}{i}{c});"
-                   for c in range(tn)]
-            if "e" in flags:
-                stores += put
-            else:
-                stores += [f"if (row{r}{i} < M) {{", *(f"    if (c{c} < n4) {{ {x} }}"
-                                                       for c, x in enumerate(put)), "}"]
+            stores += [f"let row{r}{i} = m0 + (ty + {wy * r}) * 4 + {i};", f"if (row{r}{i} < M) {{"]
+            stores += [f"    if (c{c} < n4) {{ store4(base + row{r}{i} * n4 + c{c}, row{r}{i}, "
+                       f"4 * c{c}, acc{r}{i}{c}); }}" for c in range(tn)] + ["}"]
     if "p" in flags:
         staging = [f"let lr = (t / 2) % {a_step};", f"let lc = t % 2 + 2 * (t / {2 * a_step});"]
     else:
@@ -961,8 +927,6 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
                              "split-k)")
         if epilogue is not None:  # split-k has no epilogue: the tile alone
             forced = forced.partition("/s")[0]
-        if _tile(forced) and "e" in _flags(forced) and not _exact(forced, M, N, K):  # edges
-            forced = _checked(forced)  # (the checked form)
         return [forced if vec4 or forced in ("scalar", "narrow") else "scalar"]
     # few columns (a classifier's head): the others give it a handful of invocations. Not yet
     # with an epilogue: in the one H200 run that offered it there, Fusion's inference plan did
@@ -973,8 +937,7 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
     # "tiled" stages 32 KiB of workgroup memory; a device at WebGPU's default limit (16 KiB:
     # many browsers and phones) takes the tile of its shape that fits instead
     room = be.device.bridge.limits.get("workgroup_storage", 1 << 15)
-    fits = [t for t in MATMUL_TILES if _tile_bytes(t) <= room
-            and ("e" not in _flags(t) or _exact(t, M, N, K))]
+    fits = [t for t in MATMUL_TILES if _tile_bytes(t) <= room]
     tiled = "tiled" if "tiled" in fits else "t128x128k16"
     if be.device.bridge.is_cpu:
         return ["vec4", tiled, "scalar", *narrow]
@@ -982,9 +945,7 @@ def _matmul_kernels(be, vec4, M, N, K, nb, epilogue):
     out = list(dict.fromkeys(first + fits + narrow))  # (scalar: 2-4x the slowest tile on the H200)
     if epilogue is None and _tiles(M, N, nb) <= 256 and K >= 1024:  # few tiles, long k: split
         out += [f"{t}/s{s}" for t in ("t32x128k16", "t64x64k16", "t64x128k16", "t128x128k16",
-                                       tiled, "w64x128k16", "ew64x128k16", "e64x128k16")
-                for s in (2, 4, 8) if K // s >= 256 and t in fits
-                and ("e" not in _flags(t) or _exact(f"{t}/s{s}", M, N, K))]
+                                       tiled, "w64x128k16") for s in (2, 4, 8) if K // s >= 256]
     return list(dict.fromkeys(out))
 
 
