@@ -19,7 +19,7 @@ import numpy as np
 
 from ..backend.base import _FREE, Backend
 from ..errors import BackendError
-from ..fusion import _TRACE, launched
+from ..fusion import launched, tracing
 from ..ops import MOVEMENT
 from ..ops import kernels as _kernels
 
@@ -32,9 +32,6 @@ from ..ops import kernels as _kernels
 _contexts = threading.local()
 _ACTIVE = _kernels.ACTIVE
 _refcount = sys.getrefcount
-# Fusion's trace of launched kernels, read directly: launched() with its tuple costs a Python
-# call per op even when no trace is on (almost always), a tenth of a tiny op's instructions
-_tracing = _TRACE.get
 
 
 def _context(kernels):
@@ -154,7 +151,7 @@ class NdArray(Backend):
             # views and copies: no floating-point errors to silence, no kernel set to choose
             # (a batch-1 forward runs a dozen reshapes)
             return op.np(*inputs, **attrs)
-        if _tracing() is not None:
+        if tracing() is not None:  # (launched() and its tuple: a tenth of a tiny op)
             launched((op.name,))
         try:
             ctx = _contexts.by_set[self.kernels]

@@ -75,6 +75,11 @@ def trace():
         _TRACE.reset(token)
 
 
+# the trace recording in this context, or None: a backend on a hot path asks this before it
+# builds the arguments of launched() (a Python call and a tuple an op, with no trace almost always)
+tracing = _TRACE.get
+
+
 def launched(ops):
     """Backends call this once per kernel they launch (ops: the op names it computed)."""
     t = _TRACE.get()
