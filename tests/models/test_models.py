@@ -3,6 +3,8 @@
 sets (printed: run pytest with -s to see it)."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -40,6 +42,21 @@ def test_loads_in_eval_mode_with_the_promised_shapes(name):
     a, b = model(x).to_numpy(), model(x).to_numpy()
     assert a.shape == (3, 10) and a.dtype == np.float32
     np.testing.assert_array_equal(a, b)  # eval: no dropout, running BatchNorm statistics
+
+
+def test_loading_draws_no_random_numbers():
+    # the weights replace every parameter, so ConvNet's random initialisation is skipped
+    # (nn.init.skip): in a page, numpy.random's first import is ~0.1 s of the demos' start-up
+    code = ("import sys, ember; ember.models.load('mnist'); "
+            "print('numpy.random' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False", out.stderr
+    ember.seed(0)
+    drawn = Tensor.random([3]).to_numpy()
+    ember.seed(0)
+    models.load("mnist")
+    np.testing.assert_array_equal(Tensor.random([3]).to_numpy(), drawn)
 
 
 def test_unknown_name():

@@ -108,6 +108,23 @@ def test_seed_makes_initialisation_reproducible():
     assert not np.array_equal(a, nn.Linear(4, 5).weight.to_numpy())
 
 
+def test_skip_draws_nothing_and_leaves_zeros():
+    ember.seed(5)
+    with init.skip():
+        layer = nn.Linear(4, 5)
+        w = init.trunc_normal(layer.weight, std=0.02)
+        kept = init.ones([2])  # constants are not draws: they stay what they are
+    for value in (layer.weight, layer.bias, w):
+        np.testing.assert_array_equal(value.to_numpy(), 0)
+        assert value.shape in ((5, 4), (5,)) and value.dtype == "float32"
+    np.testing.assert_array_equal(kept.to_numpy(), 1)
+    # the global generator did not advance: the next draw is the one right after the seed
+    after = nn.Linear(4, 5).weight.to_numpy()
+    ember.seed(5)
+    np.testing.assert_array_equal(after, nn.Linear(4, 5).weight.to_numpy())
+    assert np.abs(after).max() > 0  # and outside the block, layers draw again
+
+
 def test_layer_defaults_follow_pytorch():
     bn = nn.BatchNorm2d(3)
     for name, value in [("weight", 1), ("bias", 0), ("running_mean", 0), ("running_var", 1)]:

@@ -13,7 +13,7 @@ with `ember train <name>` (see the README).
 import json
 from pathlib import Path
 
-from .. import record
+from .. import nn, record
 from .convnet import ConvNet
 
 __all__ = ["ConvNet", "available", "build", "info", "load", "weights_path"]
@@ -64,6 +64,7 @@ def load(name, backend=None):
     ember's default backend): [B, 1, 28, 28] float32 in [0, 1] (white ink on black) -> logits
     [B, 10]."""
     config = info(name).get("config", {})
-    model = ConvNet(backend=backend, **config)
+    with nn.init.skip():  # (every parameter is loaded next: no random draw to throw away)
+        model = ConvNet(backend=backend, **config)
     record.load(model, weights_path(name))
     return model.eval()

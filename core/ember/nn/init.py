@@ -9,9 +9,13 @@ The first argument, `tensor` as in PyTorch, says what to build:
 - a Param: a Param holding the new value with the same id and trainable flag, so
   `layer.weight = nn.init.xavier_uniform(layer.weight)` re-initialises a layer in place.
 
-Random draws use ember's global generator: `ember.seed(n)` makes them reproducible.
+Random draws use ember's global generator: `ember.seed(n)` makes them reproducible. Inside
+`with nn.init.skip():` they draw nothing and leave zeros: for a model built only to have every
+parameter loaded right after (ember.models.load).
 """
 
+import contextlib
+import contextvars
 import math
 
 import numpy as np
@@ -24,8 +28,24 @@ from .module import Param
 
 __all__ = [
     "calculate_gain", "constant", "kaiming_normal", "kaiming_uniform", "normal", "ones",
-    "trunc_normal", "uniform", "xavier_normal", "xavier_uniform", "zeros",
+    "skip", "trunc_normal", "uniform", "xavier_normal", "xavier_uniform", "zeros",
 ]
+
+_SKIPPING = contextvars.ContextVar("ember.nn.init.skip", default=False)
+
+
+@contextlib.contextmanager
+def skip():
+    """Inside, the random initialisers (uniform, normal, trunc_normal, xavier_*, kaiming_*)
+    draw nothing and return zeros, and ember's global generator does not advance. For a model
+    whose parameters are all loaded from a record next (record.load is strict by default, so
+    none stays zero unnoticed): the draws would be thrown away, and in the browser the first
+    one loads numpy.random's extension modules, ~0.1 s of a demo page's start-up."""
+    token = _SKIPPING.set(True)
+    try:
+        yield
+    finally:
+        _SKIPPING.reset(token)
 
 
 def calculate_gain(nonlinearity, param=None):
@@ -79,6 +99,8 @@ def _target(tensor, backend, dtype):
 
 
 def _sample(tensor, dist, backend, dtype):
+    if _SKIPPING.get():
+        return constant(tensor, 0, backend, dtype)
     shape, backend, dtype, finish = _target(tensor, backend, dtype)
     return finish(Tensor.random(shape, dist, backend=backend, dtype=dtype or "float32"))
 
@@ -95,6 +117,8 @@ def normal(tensor, mean=0.0, std=1.0, backend=None, dtype=None):
 
 def trunc_normal(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, backend=None, dtype=None):
     """N(mean, std²) redrawn until inside [a, b] (bounds in absolute units, as PyTorch)."""
+    if _SKIPPING.get():
+        return constant(tensor, 0, backend, dtype)
     shape, backend, dtype, finish = _target(tensor, backend, dtype)
     dtype = dtype or "float32"
     g = rng()
