@@ -100,7 +100,7 @@ def _target(tensor, backend, dtype):
 
 def _sample(tensor, dist, backend, dtype):
     if _SKIPPING.get():
-        return constant(tensor, 0, backend, dtype)
+        return zeros(tensor, backend, dtype)
     shape, backend, dtype, finish = _target(tensor, backend, dtype)
     return finish(Tensor.random(shape, dist, backend=backend, dtype=dtype or "float32"))
 
@@ -118,7 +118,7 @@ def normal(tensor, mean=0.0, std=1.0, backend=None, dtype=None):
 def trunc_normal(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, backend=None, dtype=None):
     """N(mean, std²) redrawn until inside [a, b] (bounds in absolute units, as PyTorch)."""
     if _SKIPPING.get():
-        return constant(tensor, 0, backend, dtype)
+        return zeros(tensor, backend, dtype)
     shape, backend, dtype, finish = _target(tensor, backend, dtype)
     dtype = dtype or "float32"
     g = rng()
