@@ -107,7 +107,7 @@ function saveSnapshot(indexURL) {
   });
 }
 
-// A <progress> with "3.1 of 14.8 MB" after #status, redrawn at most once a frame.
+// A <progress> with "3.1 of 14.8 MB" after #status, redrawn at most once a frame (or 50 ms).
 function showBar() {
   const status = globalThis.document?.getElementById("status");
   if (!status) return null;
@@ -135,10 +135,20 @@ function showBar() {
     }
   };
   draw();
+  let drawn = performance.now();
   return {
+    // (at once where the last draw is 50 ms old or all is in: a burst of counts handled just
+    // before ready would otherwise leave a stale label, its frame cancelled by remove)
     show(loaded, total) {
       latest = [loaded, total];
-      frame ||= requestAnimationFrame(draw);
+      const now = performance.now();
+      if (now - drawn > 50 || (total && loaded >= total)) {
+        cancelAnimationFrame(frame);
+        drawn = now;
+        draw();
+      } else {
+        frame ||= requestAnimationFrame(() => { drawn = performance.now(); draw(); });
+      }
     },
     remove() { cancelAnimationFrame(frame); bar.remove(); },
   };
