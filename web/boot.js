@@ -88,7 +88,8 @@ export async function fetchPackages(indexURL, names = ["ember"], meter = null, m
       throw new Error(`${entry.name}: only wheels installed into site-packages are unpacked here`);
     }
     const files = await unzip(await fetchWheel(`${indexURL}${entry.file_name}`, entry.sha256,
-                                               meter), entry.file_name);
+                                               meter, site.ember?.wheel_sizes?.[entry.file_name]),
+                              entry.file_name);
     // the shared libraries that `import ember` loads compile here too (WebAssembly.compile copies
     // the bytes at once); Python's import loads any other from the file system on first use
     const libraries = await Promise.all(files.filter(([path]) => atBoot.test(path))
@@ -142,29 +143,46 @@ async function fetchWeights(indexURL, site, models) {
 
 const sri = (hex) => `sha256-${btoa(String.fromCharCode(...hex.match(/../g).map((h) => parseInt(h, 16))))}`;
 
-// The wheel's bytes, checked against the lock's sha256. `ember site` puts a gzip of the whole
-// wheel beside it (its members stored): one gunzip by the browser's zlib, as the bytes arrive,
-// instead of an inflate per member. Without one (or without crypto.subtle, outside a secure
-// context) the wheel itself, which the browser checks through subresource integrity.
-async function fetchWheel(url, sha256, meter) {
-  if (globalThis.crypto?.subtle && typeof DecompressionStream === "function") {
-    const response = await fetch(`${url}.gz`);
-    if (response.ok) {
-      const count = new TransformStream({ transform(chunk, queue) {
-        meter?.add(response.url, chunk.byteLength);
-        queue.enqueue(chunk);
-      } });
-      const body = response.body.pipeThrough(count).pipeThrough(new DecompressionStream("gzip"));
-      const bytes = await new Response(body).arrayBuffer();
-      const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-      const hex = Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
-      if (hex !== sha256) throw new Error(`${url}.gz: sha256 ${hex} is not the lock's ${sha256}`);
-      return bytes;
+// The wheel's bytes, checked against the lock's sha256 (crypto.subtle; without it, outside a
+// secure context, the browser checks them through subresource integrity). The site's server
+// sends a boot wheel from its <wheel>.gz (a gzip of the whole wheel, its members stored) with
+// Content-Encoding: gzip: the network stack unpacks it away from this thread, and the HTTP
+// cache and the service worker's keep it so that a warm visit unpacks nothing. Gunzipping here
+// instead (DecompressionStream, on this thread) held up the worker's own loads by ~70 ms of
+// every start. A host that sends the wheel as it is gets asked for the .gz instead, gunzipped
+// here. `size`: the wheel's bytes (the lock's ember.wheel_sizes), to count the bytes as sent.
+async function fetchWheel(url, sha256, meter, size) {
+  const subtle = globalThis.crypto?.subtle;
+  if (!subtle) {
+    const response = await fetch(url, { integrity: sri(sha256) });
+    if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
+    return response.arrayBuffer();
+  }
+  const plain = new AbortController();
+  let response = await fetch(url, { signal: plain.signal });
+  if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
+  const unpacked = response.headers.has("Content-Encoding");
+  let gunzip = false;
+  if (!unpacked && typeof DecompressionStream === "function") {
+    const gz = await fetch(`${url}.gz`).catch(() => null);
+    if (gz?.ok) {
+      plain.abort();
+      [response, gunzip] = [gz, true];
     }
   }
-  const response = await fetch(url, { integrity: sri(sha256) });
-  if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
-  return response.arrayBuffer();
+  // the bytes as sent: where the browser unpacks them, those it gives scaled to the sent size
+  const sent = Number(response.headers.get("Content-Length"));
+  const scale = unpacked && sent && size ? sent / size : 1;
+  let counted = response.body.pipeThrough(new TransformStream({ transform(chunk, queue) {
+    meter?.add(response.url, chunk.byteLength * scale);
+    queue.enqueue(chunk);
+  } }));
+  if (gunzip) counted = counted.pipeThrough(new DecompressionStream("gzip"));
+  const bytes = await new Response(counted).arrayBuffer();
+  const digest = new Uint8Array(await subtle.digest("SHA-256", bytes));
+  const hex = Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+  if (hex !== sha256) throw new Error(`${response.url}: sha256 ${hex} is not the lock's ${sha256}`);
+  return bytes;
 }
 
 // the ArrayBuffers under fetchPackages' result (to transfer it to a worker without a copy)
@@ -289,9 +307,12 @@ function check(bytes) {
   return `${bytes.byteLength}:${sum.toString(16)}`;
 }
 
-// The kept snapshot's bytes, or null; one that fails the check is deleted and rejects.
+// The kept snapshot: null where there is none, else {bytes: a promise of them}, read and checked
+// while loadPyodide loads pyodide.asm.js (it awaits the promise only then: the ~21 MB took
+// 60-85 ms here, on the way to the runtime's own files before). One that fails the check is
+// deleted and its promise rejects: loadPyodide fails, and boot() boots afresh.
 // (caches.match with a cacheName, not caches.open: a first visit creates no cache to find none)
-async function readSnapshot(indexURL) {
+async function findSnapshot(indexURL) {
   let hit;
   try {
     hit = await caches.match(snapshotKey(indexURL), { cacheName: SNAPSHOTS });
@@ -299,12 +320,16 @@ async function readSnapshot(indexURL) {
     return null;
   }
   if (!hit) return null;
-  const bytes = new Uint8Array(await hit.arrayBuffer());
-  if (bytes.byteLength % 4 || hit.headers.get(CHECK) !== check(bytes)) {
-    await forgetSnapshot(indexURL);
-    throw new Error("the kept memory snapshot is damaged");
-  }
-  return bytes;
+  const bytes = hit.arrayBuffer().then(async (buffer) => {
+    const bytes = new Uint8Array(buffer);
+    if (bytes.byteLength % 4 || hit.headers.get(CHECK) !== check(bytes)) {
+      await forgetSnapshot(indexURL);
+      throw new Error("the kept memory snapshot is damaged");
+    }
+    return bytes;
+  });
+  bytes.catch(() => {}); // (loadPyodide awaits it, or boot gives up before)
+  return { bytes };
 }
 
 async function forgetSnapshot(indexURL) {
@@ -360,19 +385,16 @@ async function mountCache(FS) {
 }
 
 export async function boot(options) {
-  // (read while the runtime's scripts load; the CDN's runtime is not the site's: none is kept)
-  const kept = options.cdn || options.snapshots === false ? Promise.resolve(null)
-    : readSnapshot(options.indexURL);
-  kept.catch(() => {}); // (a damaged one: awaited in bootOnce, which then boots without it)
+  // (looked up while the runtime's scripts load; the CDN's runtime is not the site's: none is kept)
+  const found = options.cdn || options.snapshots === false ? Promise.resolve(null)
+    : findSnapshot(options.indexURL);
   let used = false;
   try {
-    const py = await bootOnce(options, kept.then((bytes) => { used = !!bytes; return bytes; },
-                                                 () => null));
-    const damaged = await kept.then(() => false, () => true);
-    return { ...py, snapshot: used ? "restored" : damaged ? "failed" : "none" };
+    const py = await bootOnce(options, found.then((kept) => { used = !!kept; return kept; }));
+    return { ...py, snapshot: used ? "restored" : "none" };
   } catch (e) {
     if (!used) throw e;
-    await forgetSnapshot(options.indexURL);
+    await forgetSnapshot(options.indexURL); // (a damaged one: deleted already)
     options.progress?.("runtime", `the kept interpreter failed (${e?.message ?? e}); booting afresh`);
     return { ...await bootOnce(options, Promise.resolve(null)), snapshot: "failed" };
   }
@@ -381,6 +403,7 @@ export async function boot(options) {
 async function bootOnce({ indexURL, cdn = false, emberWheelURL, unpacked, models = [],
                           progress = () => {}, bytes = () => {}, stdout = () => {},
                           stderr = () => {} }, snapshot = Promise.resolve(null)) {
+  // snapshot: a promise of findSnapshot's answer
   const t0 = performance.now();
   unpacked?.catch(() => {}); // handled below, once the runtime is up
   const timings = {};
@@ -403,7 +426,7 @@ async function bootOnce({ indexURL, cdn = false, emberWheelURL, unpacked, models
   let pyodide;
   try {
     const kept = await snapshot;
-    const restore = kept ? { _loadSnapshot: kept } : {};
+    const restore = kept ? { _loadSnapshot: kept.bytes } : {};
     pyodide = await loadPyodide({ indexURL, fullStdLib: false, ...restore });
   } finally {
     if (unpacked) meter.stop(); // (else the wheels' bytes follow: fetchPackages below)

@@ -39,20 +39,9 @@ self.addEventListener("fetch", (event) => {
   else if (online !== true) event.respondWith(cacheFirst(event));
 });
 
-// Pyodide's loadPackage (PyScript's) asks for a boot wheel by its plain name, which the server
-// sends from <wheel>.gz with Content-Encoding: gzip; the cache holds that .gz as web/boot.js
-// fetched it (gzip bytes, no Content-Encoding), so a plain name is answered from it unpacked
-// here rather than precaching the same 4.3 MB again.
 async function cacheFirst(event) {
   const cache = await caches.open(CACHE);
-  const url = event.request.url;
-  const hit = await cache.match(event.request);
-  const gz = !hit && url.endsWith(".whl") && await cache.match(`${url}.gz`);
-  if (gz) {
-    return new Response(gz.body.pipeThrough(new DecompressionStream("gzip")),
-                        { headers: { "Content-Type": "application/zip" } });
-  }
-  return hit ?? fetchAndKeep(event, cache);
+  return (await cache.match(event.request)) ?? fetchAndKeep(event, cache);
 }
 
 async function networkFirst(event) {

@@ -752,11 +752,16 @@ def _build(out, root, fast_start, log):
         entry["sha256"] = sha256(site_pyodide / entry["file_name"])
         packages[n] = entry
     packages["ember"] = lock_entry(wheel, "ember", ember.__version__, ["ember"], ["numpy"])
+    boot_wheels = [packages[n]["file_name"] for n in with_dependencies(
+        {"packages": packages}, BOOT_PACKAGES)]
+    # (wheel_sizes: boot.js counts the bytes as sent from the unpacked ones the browser gives)
     site_lock = {"info": lock["info"], "packages": packages,
-                 "ember": {"weights": weights, "boot_libraries": BOOT_LIBRARIES}}
+                 "ember": {"weights": weights, "boot_libraries": BOOT_LIBRARIES,
+                           "wheel_sizes": {f: (site_pyodide / f).stat().st_size
+                                           for f in boot_wheels}}}
     (site_pyodide / "pyodide-lock.json").write_text(json.dumps(site_lock, indent=1))
-    for n in with_dependencies(site_lock, BOOT_PACKAGES):
-        write_gzip(site_pyodide / packages[n]["file_name"])
+    for f in boot_wheels:
+        write_gzip(site_pyodide / f)
 
     with tarfile.open(pyscript_tgz) as tar:
         members = [m for m in tar.getmembers()
@@ -770,8 +775,6 @@ def _build(out, root, fast_start, log):
     tag = pin_runtime(site_pyodide)
     techniques += ["the runtime pinned under a content-addressed folder, cached for good"]
     _copytree(root / "web", out / "web", ignore=("tools", "README.md", "service-worker.js"))
-    boot_wheels = [packages[n]["file_name"] + ".gz" for n in with_dependencies(site_lock,
-                                                                              BOOT_PACKAGES)]
     point_at_pinned(out / "web" / "ember.js", tag, sum(sent_size(site_pyodide / f) for f in (
         "pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip",
         "pyodide-lock.json", *boot_wheels)), {n: sent_size(site_pyodide / w["file_name"])
