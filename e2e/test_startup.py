@@ -67,58 +67,56 @@ BAR_PROBE = """(() => {
 })();"""
 
 
-def test_a_cold_visit_shows_the_bytes_and_a_warm_one_asks_for_no_runtime_file(browser,
-                                                                             own_server):
+@pytest.fixture
+def barred(browser, own_server):
+    """A page in a context of its own (a cold visit) that notes the progress bar's labels."""
     context = browser.new_context()  # no routing: it would turn the HTTP cache off
     context.add_init_script(BAR_PROBE)
-    try:
-        pg = context.new_page()
-        pg.set_default_timeout(120_000)
-        pg.base = own_server.url
-        assert wait_ready(pg) == "ready"
-        said = pg.evaluate("window.__bar")
-        assert pg.query_selector(".ember-progress") is None  # gone once ready
-        shown = [tuple(map(float, m.groups())) for m in
-                 (re.fullmatch(r"(\d+\.\d) of (\d+\.\d) MB", t) for t in said) if m]
-        assert len(shown) >= 2 and shown[0][0] < shown[-1][0], said  # it moved
-        total = shown[-1][1]
-        assert total > 5 and shown[-1][0] > total / 2, said  # most of it counted before ready
-        cold = own_server.bytes_sent
-        assert 5e6 < cold < 20e6  # compressed: ~15 MB where the files hold ~32 MB
-        pg.wait_for_function("() => navigator.serviceWorker.controller !== null")
-        own_server.reset_counts()
-        assert wait_ready(pg) == "ready"  # a warm visit
-        asked = [path for path, _ in own_server.answered]
-        assert not [p for p in asked if p.startswith("/pyodide/")], asked
-        assert own_server.bytes_sent < 100_000, own_server.requests
-    finally:
-        context.close()
+    pg = context.new_page()
+    pg.set_default_timeout(120_000)
+    pg.base = own_server.url
+    yield pg
+    context.close()
 
 
-def test_a_host_that_sends_the_wheels_as_they_are_gets_asked_for_their_gz(browser, own_server,
+def test_a_cold_visit_shows_the_bytes_and_a_warm_one_asks_for_no_runtime_file(barred,
+                                                                             own_server):
+    pg = barred
+    assert wait_ready(pg) == "ready"
+    said = pg.evaluate("window.__bar")
+    assert pg.query_selector(".ember-progress") is None  # gone once ready
+    shown = [tuple(map(float, m.groups())) for m in
+             (re.fullmatch(r"(\d+\.\d) of (\d+\.\d) MB", t) for t in said) if m]
+    assert len(shown) >= 2 and shown[0][0] < shown[-1][0], said  # it moved
+    total = shown[-1][1]
+    assert total > 5 and shown[-1][0] > total / 2, said  # most of it counted before ready
+    cold = own_server.bytes_sent
+    assert 5e6 < cold < 20e6  # compressed: ~15 MB where the files hold ~32 MB
+    pg.wait_for_function("() => navigator.serviceWorker.controller !== null")
+    own_server.reset_counts()
+    assert wait_ready(pg) == "ready"  # a warm visit
+    asked = [path for path, _ in own_server.answered]
+    assert not [p for p in asked if p.startswith("/pyodide/")], asked
+    assert own_server.bytes_sent < 100_000, own_server.requests
+
+
+def test_a_host_that_sends_the_wheels_as_they_are_gets_asked_for_their_gz(barred, own_server,
                                                                            monkeypatch):
     # no Content-Encoding for a wheel (a static host that compresses only text): boot.js asks
     # for the wheel's .gz instead and gunzips it itself, rather than taking the 11 MB as it is
     monkeypatch.setattr(site.Handler, "accepts",
                         lambda self, encoding: not self.path.split("?")[0].endswith(".whl"))
-    context = browser.new_context()
-    context.add_init_script(BAR_PROBE)
-    try:
-        pg = context.new_page()
-        pg.set_default_timeout(120_000)
-        pg.base = own_server.url
-        assert wait_ready(pg) == "ready"
-        asked = dict(own_server.requests)
-        gz = [p for p in asked if p.endswith(".whl.gz")]
-        assert len(gz) == 2 and all(asked[p] > 1e5 for p in gz), asked  # numpy's and ember's
-        # (the plain ones are cut short once the .gz answers; on this loopback they are all in
-        # by then) the bar counts the .gz files, not the plain wheels it gave up
-        said = pg.evaluate("window.__bar")
-        done, total = map(float, re.fullmatch(r"(\d+\.\d) of (\d+\.\d) MB", said[-1]).groups())
-        assert total / 2 < done <= total * 1.05, said
-        assert run_code(pg, "import numpy as np; print(np.arange(3).sum())").startswith("3\n")
-    finally:
-        context.close()
+    pg = barred
+    assert wait_ready(pg) == "ready"
+    asked = dict(own_server.requests)
+    gz = [p for p in asked if p.endswith(".whl.gz")]
+    assert len(gz) == 2 and all(asked[p] > 1e5 for p in gz), asked  # numpy's and ember's
+    # (the plain ones are cut short once the .gz answers; on this loopback they are all in
+    # by then) the bar counts the .gz files, not the plain wheels it gave up
+    said = pg.evaluate("window.__bar")
+    done, total = map(float, re.fullmatch(r"(\d+\.\d) of (\d+\.\d) MB", said[-1]).groups())
+    assert total / 2 < done <= total * 1.05, said
+    assert run_code(pg, "import numpy as np; print(np.arange(3).sum())").startswith("3\n")
 
 
 def test_what_start_up_leaves_out_loads_on_first_use(page):
