@@ -146,8 +146,8 @@ const sri = (hex) => `sha256-${btoa(String.fromCharCode(...hex.match(/../g).map(
 // The wheel's bytes, checked against the lock's sha256 (crypto.subtle; without it, outside a
 // secure context, the browser checks them through subresource integrity). The site's server
 // sends a boot wheel from its <wheel>.gz (a gzip of the whole wheel, its members stored) with
-// Content-Encoding: gzip: the network stack unpacks it away from this thread, and the HTTP
-// cache and the service worker's keep it so that a warm visit unpacks nothing. Gunzipping here
+// Content-Encoding: gzip: the network stack unpacks it away from this thread (on a warm visit
+// too: the HTTP cache keeps it as sent; the service worker's keeps it unpacked). Gunzipping here
 // instead (DecompressionStream, on this thread) held up the worker's own loads by ~70 ms of
 // every start. A host that sends the wheel as it is gets asked for the .gz instead, gunzipped
 // here. `size`: the wheel's bytes (the lock's ember.wheel_sizes), to count the bytes as sent.
@@ -161,9 +161,9 @@ async function fetchWheel(url, sha256, meter, size) {
   const plain = new AbortController();
   let response = await fetch(url, { signal: plain.signal });
   if (!response.ok) throw new Error(`cannot load ${url}: ${response.status}`);
-  const unpacked = response.headers.has("Content-Encoding");
+  const encoded = response.headers.has("Content-Encoding");
   let gunzip = false;
-  if (!unpacked && typeof DecompressionStream === "function") {
+  if (!encoded && typeof DecompressionStream === "function") {
     const gz = await fetch(`${url}.gz`).catch(() => null);
     if (gz?.ok) {
       plain.abort();
@@ -172,7 +172,7 @@ async function fetchWheel(url, sha256, meter, size) {
   }
   // the bytes as sent: where the browser unpacks them, those it gives scaled to the sent size
   const sent = Number(response.headers.get("Content-Length"));
-  const scale = unpacked && sent && size ? sent / size : 1;
+  const scale = encoded && sent && size ? sent / size : 1;
   let counted = response.body.pipeThrough(new TransformStream({ transform(chunk, queue) {
     meter?.add(response.url, chunk.byteLength * scale);
     queue.enqueue(chunk);
