@@ -309,8 +309,8 @@ function check(bytes) {
 
 // The kept snapshot: null where there is none, else {bytes: a promise of them}, read and checked
 // while loadPyodide loads pyodide.asm.js (it awaits the promise only then: the ~21 MB took
-// 60-85 ms here, on the way to the runtime's own files before). One that fails the check is
-// deleted and its promise rejects: loadPyodide fails, and boot() boots afresh.
+// 60-85 ms here, on the way to the runtime's own files before). One that fails the check
+// rejects its promise: loadPyodide fails, and boot() deletes it and boots afresh.
 // (caches.match with a cacheName, not caches.open: a first visit creates no cache to find none)
 async function findSnapshot(indexURL) {
   let hit;
@@ -320,10 +320,9 @@ async function findSnapshot(indexURL) {
     return null;
   }
   if (!hit) return null;
-  const bytes = hit.arrayBuffer().then(async (buffer) => {
+  const bytes = hit.arrayBuffer().then((buffer) => {
     const bytes = new Uint8Array(buffer);
     if (bytes.byteLength % 4 || hit.headers.get(CHECK) !== check(bytes)) {
-      await forgetSnapshot(indexURL);
       throw new Error("the kept memory snapshot is damaged");
     }
     return bytes;
@@ -394,7 +393,7 @@ export async function boot(options) {
     return { ...py, snapshot: used ? "restored" : "none" };
   } catch (e) {
     if (!used) throw e;
-    await forgetSnapshot(options.indexURL); // (a damaged one: deleted already)
+    await forgetSnapshot(options.indexURL); // (damaged, or it did not boot)
     options.progress?.("runtime", `the kept interpreter failed (${e?.message ?? e}); booting afresh`);
     return { ...await bootOnce(options, Promise.resolve(null)), snapshot: "failed" };
   }

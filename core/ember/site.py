@@ -737,13 +737,11 @@ def _build(out, root, fast_start, log):
         entry["sha256"] = sha256(site_pyodide / entry["file_name"])
         packages[n] = entry
     packages["ember"] = lock_entry(wheel, "ember", ember.__version__, ["ember"], ["numpy"])
-    boot_wheels = [packages[n]["file_name"] for n in with_dependencies(
-        {"packages": packages}, BOOT_PACKAGES)]
-    # (wheel_sizes: boot.js counts the bytes as sent from the unpacked ones the browser gives)
     site_lock = {"info": lock["info"], "packages": packages,
-                 "ember": {"weights": weights, "boot_libraries": BOOT_LIBRARIES,
-                           "wheel_sizes": {f: (site_pyodide / f).stat().st_size
-                                           for f in boot_wheels}}}
+                 "ember": {"weights": weights, "boot_libraries": BOOT_LIBRARIES}}
+    boot_wheels = [packages[n]["file_name"] for n in with_dependencies(site_lock, BOOT_PACKAGES)]
+    # (boot.js counts the bytes as sent from the unpacked ones the browser gives it)
+    site_lock["ember"]["wheel_sizes"] = {f: (site_pyodide / f).stat().st_size for f in boot_wheels}
     (site_pyodide / "pyodide-lock.json").write_text(json.dumps(site_lock, indent=1))
     for f in boot_wheels:
         write_gzip(site_pyodide / f)
