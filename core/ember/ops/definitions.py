@@ -96,10 +96,12 @@ def _pow_grad(g, y, a, b):
 # one shape or with a per-channel one (a bias). The gradients that cost a pass are lazy: one
 # operand is often a constant or a Python scalar (x * mask in dropout, x * 0.5, x / n), whose
 # gradient Autodiff would compute over the whole tensor and throw away
-binary("add", lambda a, b, out=None: kernels.active().add(a, b, out=out), "({0} + {1})",
+binary("add", lambda a, b, out=None: kernels.active().add(a, b) if out is None
+       else kernels.active().add(a, b, out), "({0} + {1})",
        lambda g, y, a, b: (g, g), ())
 binary("sub", np.subtract, "({0} - {1})", lambda g, y, a, b: (g, lambda: -g), ())
-binary("mul", lambda a, b, out=None: kernels.active().multiply(a, b, out=out),
+binary("mul", lambda a, b, out=None: kernels.active().multiply(a, b) if out is None
+       else kernels.active().multiply(a, b, out),
        "({0} * {1})",
        lambda g, y, a, b: (lambda: g * b, lambda: g * a), (0, 1))
 binary("div", np.divide, "({0} / {1})",
