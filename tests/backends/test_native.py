@@ -19,6 +19,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from ember import autotune
 from ember.backends import native
 from ember.ops import kernels, numerics
 
@@ -376,6 +377,7 @@ def _gemm_close(got, a, b):
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_matmul_parts_match_numpy(lib, monkeypatch, a_shape, b_shape, dtype):
+    monkeypatch.setenv("EMBER_AUTOTUNE", "0")  # the default, split over the pool
     monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
     monkeypatch.setattr(native, "THREADS", 3)
     rng = np.random.default_rng(4)
@@ -392,6 +394,36 @@ def test_matmul_parts_match_numpy(lib, monkeypatch, a_shape, b_shape, dtype):
 
 
 @needs_cc
+def test_a_gemm_is_split_or_not_as_measured_on_this_machine(lib, monkeypatch, tmp_path):
+    """Whether a product is split over the pool is ember.autotune's choice here: both ways
+    measured (and checked against each other) once per bucket of shapes, then remembered;
+    EMBER_AUTOTUNE=0 splits, as every product did before."""
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("EMBER_AUTOTUNE", raising=False)
+    for name, empty in (("_memory", {}), ("_fast", {}), ("_file", None), ("_tuned", []),
+                        ("_cached", [])):
+        monkeypatch.setattr(autotune, name, empty)
+    monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
+    monkeypatch.setattr(native, "THREADS", 2)
+    splits, split = [], native._split
+    monkeypatch.setattr(native, "_split", lambda *args: splits.append(1) or split(*args))
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 96), (96, 80)))
+    with kernels.using(native.Native(threads=2)):
+        _gemm_close(native.matmul(a, b), a, b)
+        tuned = autotune.stats()["tuned"]
+        assert len(tuned) == 1 and tuned[0].startswith("native.gemm|cpu ") and splits
+        assert (tmp_path / "autotune.json").is_file()
+        splits.clear()
+        _gemm_close(native.matmul(a[:60], b), a[:60], b)  # the same bucket: not tuned again
+        assert len(autotune.stats()["tuned"]) == 1
+        monkeypatch.setenv("EMBER_AUTOTUNE", "0")
+        splits.clear()
+        _gemm_close(native.matmul(a, b[:, :48]), a, b[:, :48])
+        assert splits and len(autotune.stats()["tuned"]) == 1
+
+
+@needs_cc
 @pytest.mark.skipif(sys.platform != "linux", reason="finds OpenBLAS through /proc")
 def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
     """An instance with no thread cap leaves a large GEMM to OpenBLAS's own threads; one capped
@@ -403,6 +435,7 @@ def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
         assert os.environ.get("CI") != "true", "NumPy's OpenBLAS not found"
         pytest.skip("this NumPy has no OpenBLAS")
     set_threads, get_threads = blas
+    monkeypatch.setenv("EMBER_AUTOTUNE", "0")  # "split over the pool" is the default's
     before = get_threads()
     set_threads(2)
     try:

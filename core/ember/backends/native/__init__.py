@@ -34,6 +34,7 @@ says what is in use and why.
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import re
@@ -48,6 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import autotune
+from ...autotune import bucket
 from ...ops import kernels, numerics
 
 HERE = Path(__file__).resolve().parent
@@ -89,6 +92,18 @@ def compiler():
 def cache_dir():
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "ember" / "native"
+
+
+@functools.cache
+def device():
+    """This machine in ember.autotune's keys: its CPU's model name."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith("model name")), "")
+    except OSError:
+        model = ""
+    return f"cpu {model or platform.processor() or platform.machine()}"
 
 
 def _cpu():
@@ -401,9 +416,10 @@ def _blas_single(enter):
 
 
 def matmul(a, b):
-    """np.matmul with OpenBLAS single-threaded, a large float GEMM split over the pool: a batch
-    by its first dim, a single product by the rows of a (or, when b has more columns, the
-    columns of b), each part BLAS calls into its slice of the result."""
+    """np.matmul with OpenBLAS single-threaded, a large float GEMM split over the pool (where
+    that measured faster on this machine: _matmul): a batch by its first dim, a single product
+    by the rows of a (or, when b has more columns, the columns of b), each part BLAS calls
+    into its slice of the result."""
     if a.dtype not in _BLAS_DTYPES or b.dtype not in _BLAS_DTYPES or a.ndim < 2 or (
             b.ndim < 2 or a.shape[-2] * a.shape[-1] * b.shape[-1] < _BLAS_THREADS_FROM):
         return np.matmul(a, b)  # (no BLAS, or one that runs on the calling thread anyway)
@@ -427,6 +443,30 @@ def _matmul(a, b):
             b.shape[-2] != k):
         return np.matmul(a, b)  # (a mismatch: NumPy's own error)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    # split over the pool, or whole on this thread: measured on this machine (ember.autotune),
+    # split first (the default). A hand-off to the pool costs a worker's wake-up, ~0.1 ms
+    # there and back on a 2-vCPU VM, where products of 12.8M-16.8M multiply-adds (an MLP's
+    # 784 -> 256 at batch 64) ran 1.1-1.3x slower split and from 24M (MNIST's) faster
+    key = (device(), threads, a.dtype.char, bucket(math.prod(batch)), bucket(m), bucket(k),
+           bucket(n))
+    how = autotune.choose("native.gemm", key, ("split", "whole"),
+                          lambda c: _split(a, b, batch, threads) if c == "split"
+                          else np.matmul(a, b), _same, _nothing)
+    return _split(a, b, batch, threads) if how == "split" else np.matmul(a, b)
+
+
+def _same(x):
+    return x
+
+
+def _nothing():
+    pass
+
+
+def _split(a, b, batch, threads):
+    """a @ b in up to `threads` parts at once: slices of the batch, else rows of a, else
+    columns of b, each part BLAS called into its slice of the result."""
+    m, n = a.shape[-2], b.shape[-1]
     out = np.empty(batch + (m, n), a.dtype)
     if batch and batch[0] >= threads:  # whole products per thread: a slice of the batch each
         def first(x):  # x's part along the batch's first dim (all of x where it broadcasts)
