@@ -175,7 +175,8 @@ def _elementwise(op, a, b=_NO):
         if b is _NO:
             prims = [_take(a, op, 0)]
         elif isinstance(b, Tensor):
-            if b.dtype == dtype and (b.backend is backend or b.backend == backend):
+            if b.dtype == dtype and (b.backend is backend
+                                     or b.backend._identity == backend._identity):
                 if b.shape != shape:
                     shape = S.broadcast(op.name, shape, b.shape)
                 prims = [_take(a, op, 0), _take(b, op, 1)]
@@ -859,7 +860,8 @@ class Tensor:
         if isinstance(other, Tensor) and self.dtype == other.dtype != "bool":
             a, b = self.shape, other.shape
             if (len(a) == len(b) == 2 and a[1] == b[0] and self.dtype in _MATMUL.native
-                    and (other.backend is self.backend or other.backend == self.backend)):
+                    and (other.backend is self.backend
+                         or other.backend._identity == self.backend._identity)):
                 # 2-D, one dtype, one backend: the rules' answer without running them (matmul
                 # takes no donors, so nothing to hand back on an error either)
                 shape = (a[0], b[1])

@@ -126,7 +126,8 @@ class Backend:
     def _identity(self):
         # key() once an instance: what a backend is never changes after it is made, and two
         # distinct but equal instances (NdArray() made twice) are compared on every op that
-        # mixes their tensors, where building both keys was a fifth of an 8x8 add
+        # mixes their tensors, where building both keys was a fifth of an 8x8 add (the Tensor
+        # layer's fast paths compare _identity themselves: __eq__'s call was another 5%)
         return self.key()
 
     def __eq__(self, other):
