@@ -155,12 +155,12 @@ def _ready():
 def _kernel(method):
     """A method of the set that runs on the kernels once they load (else NumPy's method of
     the same name), its result noted while compile_plan records."""
-    numpy_one = getattr(kernels.Kernels, method.__name__)
+    numpy_one = getattr(kernels.NUMPY, method.__name__)  # (a bound method, or a ufunc)
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):
         if self.lib is None and not _ready():
-            return numpy_one(self, *args, **kwargs)
+            return numpy_one(*args, **kwargs)
         out = method(self, *args, **kwargs)
         if self.routed is not None:
             self.routed.append(out)
