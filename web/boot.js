@@ -34,7 +34,8 @@ async def run(code, filename="<playground>", fresh=True, namespace=None):
 // zipfile (inflate in WebAssembly, a write per file: 250-450 ms for numpy and ember in a warm
 // start here) and then calls importlib.invalidate_caches(), which imports importlib.metadata
 // (~150 ms more). Instead, fetchPackages fetches each wheel as one gzip (`ember site` writes
-// <wheel>.gz, its members stored), gunzips it with the browser's zlib, checks the lock's sha256,
+// <wheel>.gz, its members stored, and its server sends that with Content-Encoding: the browser's
+// network stack unpacks it; fetchWheel has the fallback), checks the lock's sha256,
 // finds the members in place and compiles the shared libraries, while the runtime boots (on the
 // page's thread when Python runs in a worker); installUnpacked then writes the files into
 // Pyodide's file system, loads the shared libraries as loadPackage does, marks the packages

@@ -93,12 +93,17 @@ def _write(path, entry, winner):
                       stacklevel=4)
 
 
-def choose(family, key, candidates, run, read, sync, samples=3, repeats=False,
-           measurable=True):
+def _finished():
+    pass
+
+
+def choose(family, key, candidates, run, read=np.asarray, sync=_finished, samples=3,
+           repeats=False, measurable=True):
     """The candidate to use for `key`: candidates[0] when tuning is off or there is one; else
     the remembered winner, or the fastest of the candidates that agree with candidates[0] on
     this call's inputs. run(c) launches candidate c and returns its output; read(out) its values
-    as an array; sync() waits until what was launched has finished. repeats: run(c, n) launches
+    as an array; sync() waits until what was launched has finished (the defaults: a CPU
+    kernel's, whose output is its array once run returns). repeats: run(c, n) launches
     c n times at the cost of n dispatches, so that a sample times the kernels where a call's
     Python would outlast them (a short product: that cost is gone in an ember.jit replay).
     measurable=False (a plan being recorded, which may not read back): a key not tuned yet

@@ -449,18 +449,10 @@ def _matmul(a, b):
     # 784 -> 256 at batch 64) ran 1.1-1.3x slower split and from 24M (MNIST's) faster
     key = (device(), threads, a.dtype.char, bucket(math.prod(batch)), bucket(m), bucket(k),
            bucket(n))
-    how = autotune.choose("native.gemm", key, ("split", "whole"),
-                          lambda c: _split(a, b, batch, threads) if c == "split"
-                          else np.matmul(a, b), _same, _nothing)
-    return _split(a, b, batch, threads) if how == "split" else np.matmul(a, b)
 
-
-def _same(x):
-    return x
-
-
-def _nothing():
-    pass
+    def run(how):
+        return _split(a, b, batch, threads) if how == "split" else np.matmul(a, b)
+    return run(autotune.choose("native.gemm", key, ("split", "whole"), run))
 
 
 def _split(a, b, batch, threads):
