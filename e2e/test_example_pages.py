@@ -46,7 +46,7 @@ def test_stop_interrupts_the_training(page):
                            ".includes('epoch 1 done')")
     page.click("#stop")
     page.wait_for_function("() => document.querySelector('#output').dataset.runs === '1'")
-    assert page.text_content("#status") == "stopped"
+    assert page.text_content("#status") == "stopped", page.text_content("#output")[-3000:]
     # the Learner takes Stop as Ctrl-C: it ends after the step, and train.py says so
     assert "browser_training: stopped at step" in page.text_content("#output")
     assert page.text_content("#summary") == ""

@@ -60,7 +60,7 @@ def test_the_browser_training_example_with_touch(browser, server):
                              ".includes('epoch 1 done')")
         pg.tap("#stop")
         pg.wait_for_function("() => document.querySelector('#output').dataset.runs === '1'")
-        assert pg.text_content("#status") == "stopped"
+        assert pg.text_content("#status") == "stopped", pg.text_content("#output")[-3000:]
     _touch(browser, server, "examples/browser-training/?epochs=200", work)
 
 

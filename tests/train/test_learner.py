@@ -232,6 +232,20 @@ def test_sigterm_stops_as_ctrl_c_does(tmp_path):
     assert signal.getsignal(signal.SIGTERM) is before  # restored
 
 
+def test_the_signal_handler_only_flags_and_the_loop_says_it():
+    # a handler that prints can interrupt a print and raise "reentrant call" instead of
+    # stopping (it failed the page's Stop button once, in Pyodide)
+    from ember.train.learner import _Stop
+    said = []
+    stop = _Stop(said.append)
+    stop._handler(signal.SIGINT, None)
+    assert stop.requested and said == []
+    assert stop.check() and said == ["Ctrl-C"]
+    assert stop.check() and said == ["Ctrl-C"]  # said once
+    with pytest.raises(KeyboardInterrupt):  # the second one stops at once
+        stop._handler(signal.SIGINT, None)
+
+
 def test_a_non_finite_loss_stops_before_its_update(tmp_path):
     m = model()
     tl, vl = loaders()

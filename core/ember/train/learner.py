@@ -97,13 +97,22 @@ class _Stop:
     def __init__(self, announce, deferred=False):
         self.requested, self.count, self.reason, self.wanted = False, 0, None, None
         self._announce, self._old, self.deferred = announce, {}, deferred
+        self._unannounced = None
 
     def request(self, reason):
+        """Only flags: the signal handler calls it, and a handler must not print (a print it
+        interrupts raises "reentrant call inside BufferedWriter"); check() tells the user."""
         if self.wanted is None:
-            self.wanted = reason
-            self._announce(reason)
+            self.wanted = self._unannounced = reason
         if not self.deferred:
             self.agree(reason)
+
+    def check(self):
+        """The loop's point of stopping: says a request made since, then whether to stop."""
+        if self._unannounced is not None:
+            reason, self._unannounced = self._unannounced, None
+            self._announce(reason)
+        return self.requested
 
     def agree(self, reason):
         if not self.requested:
@@ -245,7 +254,7 @@ class Learner:
                         if summary["valid"] is None:  # interrupted during validation
                             break
                     self._end_epoch(summary)
-                if stop.requested:
+                if stop.check():
                     self.interrupted = True
                     self._checkpoint(reason=stop.reason)
                     self._tell_resume()
@@ -297,7 +306,7 @@ class Learner:
                 self._checkpoint()
             if self.dashboard.stop_requested:
                 stop.request("q")
-            if stop.requested:
+            if stop.check():
                 return
         if n is None:
             n = self.batch
@@ -451,7 +460,7 @@ class Learner:
                 self._record("valid", out, n, b + 1)
                 if self.dashboard.stop_requested:
                     stop.request("q")
-                if stop.requested:
+                if stop.check():
                     return None
         return self._values("valid")
 
