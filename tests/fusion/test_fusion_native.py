@@ -215,7 +215,8 @@ def test_kernels_numpy_in_the_same_process_never_runs_them(fresh):
 def test_large_blocks_split_over_the_pool_and_threads_1_keeps_one(fresh, monkeypatch):
     parts = []
     real = fused._parallel
-    monkeypatch.setattr(fused, "_parallel", lambda fn, n, k: parts.append(k) or real(fn, n, k))
+    monkeypatch.setattr(fused, "_parallel",
+                        lambda part, args, n, k: parts.append(k) or real(part, args, n, k))
     x = _rand(4 * fused.MIN_PARALLEL + 3)
     for threads, split in [(None, native.THREADS > 1), (1, False)]:
         parts.clear()

@@ -5,9 +5,10 @@ fit: ~14 NumPy passes forward, ~9 backward) streams every activation through mem
 pass, and a convolution as im2col + GEMM writes and reads its columns (9x its input for a 3x3
 kernel). kernels.c computes GELU in one pass, and convolutions at stride 1 (conv2d, its input
 gradient conv_transpose2d, its weight gradient conv2d_weight) directly from the padded input,
-vectorized along the flattened pixels, on all cores (a thread per slice of the batch: ctypes
-releases the GIL). mask_where (ReLU's gradient) is a select in one pass where NumPy's masked
-copy branched on every element (~4 ns each).
+vectorized along the flattened pixels, on all cores (kernels.c's own thread pool: a slice of
+the batch per worker, handed over in ~1 us to a worker still spinning after the last job).
+mask_where (ReLU's gradient) is a select in one pass where NumPy's masked copy branched on
+every element (~4 ns each).
 
 kernels.c is compiled on first use with the host's C compiler ($CC, else cc, gcc or clang on
 PATH) at -O3 for this CPU, and the shared library is cached in $XDG_CACHE_HOME/ember/native
@@ -43,8 +44,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,11 @@ _SIGNATURES = {
     "adam_f32": (_P, _P, _P, _P, _P, _P, _P, _I64, ctypes.c_float, _I, _P),
 }
 
+_POOL = (("pool_work", (_I64, _I64), _I64), ("pool_post", (_P, _P, _I64, _I64), _I64),
+         ("pool_join", (), None), ("pool_inline", (_P, _P, _I64, _I64), None),
+         ("pool_set_spin", (_I64,), None), ("pool_pause", (_I64,), None),
+         ("pool_reset", (), None))
+
 
 class Library:
     """A loaded build of kernels.c: its functions, typed, and its tile sizes."""
@@ -216,6 +222,16 @@ class Library:
         self.conv2d_scratch.restype = _I64
         self.conv2d_weight_block = lib.conv2d_weight_block
         self.conv2d_weight_block.argtypes = (_I,) * 6
+        for name, argtypes, restype in _POOL:
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = argtypes, restype
+            setattr(self, name, fn)
+        # the parts the pool runs (_parallel), by name: their addresses
+        self.parts = {name: ctypes.cast(getattr(lib, f"{name}_part"), _P).value
+                      for name in ("conv2d", "conv2d_weight", "fused", "gemm")}
+        # the pool's state lives in this build's statics, so its workers are this build's:
+        # per worker (1 ..) started, the semaphore it sleeps on (_start_workers)
+        self.wakes = [None]
 
 
 def status():
@@ -229,8 +245,8 @@ _BLAS_NAMES = ("openblas", "scipy_openblas")  # NumPy's wheels: scipy_openblas(6
 
 
 @functools.cache
-def _openblas():
-    """(set_num_threads, get_num_threads) of the OpenBLAS this process loaded (NumPy's), or
+def _blas_library():
+    """(the library, its prefix, its suffix) of the OpenBLAS this process loaded (NumPy's), or
     None: another BLAS, or a system without /proc to find it through."""
     try:
         with open("/proc/self/maps") as f:
@@ -244,13 +260,39 @@ def _openblas():
             continue
         for prefix in _BLAS_NAMES:
             for suffix in ("", "64_"):
-                setter = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-                getter = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-                if setter is not None and getter is not None:
-                    setter.argtypes, setter.restype = (ctypes.c_int,), None
-                    getter.argtypes, getter.restype = (), ctypes.c_int
-                    return setter, getter
+                if hasattr(lib, f"{prefix}_set_num_threads{suffix}") and hasattr(
+                        lib, f"{prefix}_get_num_threads{suffix}"):
+                    return lib, prefix, suffix
     return None
+
+
+@functools.cache
+def _openblas():
+    """(set_num_threads, get_num_threads) of NumPy's OpenBLAS, or None."""
+    found = _blas_library()
+    if found is None:
+        return None
+    lib, prefix, suffix = found
+    setter = getattr(lib, f"{prefix}_set_num_threads{suffix}")
+    getter = getattr(lib, f"{prefix}_get_num_threads{suffix}")
+    setter.argtypes, setter.restype = (ctypes.c_int,), None
+    getter.argtypes, getter.restype = (), ctypes.c_int
+    return setter, getter
+
+
+@functools.cache
+def _cblas():
+    """(cblas_sgemm's address, cblas_dgemm's, 1 where their integers are 64-bit) of NumPy's
+    OpenBLAS (scipy_cblas_sgemm64_ in NumPy's wheels), or None."""
+    found = _blas_library()
+    if found is None:
+        return None
+    lib, prefix, suffix = found
+    names = [f"{prefix.replace('openblas', '')}cblas_{t}gemm{suffix}" for t in "sd"]
+    if not all(hasattr(lib, name) for name in names):
+        return None
+    return (*(ctypes.cast(getattr(lib, name), _P).value for name in names),
+            int(suffix == "64_"))
 
 
 def _ready():
@@ -332,15 +374,19 @@ class Native(kernels.Kernels):
 KERNELS = Native()
 
 
-# ---- threads: a pool of a thread per core (the GEMMs' too: OpenBLAS is single-threaded) ----
+# ---- threads: kernels.c's pool, a worker per core but the caller's -------------------------
 try:
     THREADS = max(1, min(8, len(os.sched_getaffinity(0))))
 except AttributeError:  # not Linux
     THREADS = max(1, min(8, os.cpu_count() or 1))
-_pool = None
 # below this many multiply-adds a convolution runs on one thread (~80 us of work: the MNIST
 # model's first convolution, 3.4M, ran no faster on two)
 MIN_PARALLEL_MACS = 1 << 22
+# An idle worker spins this long for the next job before it sleeps (kernels.c says why): a
+# training step's ops come closer than this, and a step's end leaves a core busy no longer
+SPIN_SECONDS = 1e-3
+_pooled = []  # the Libraries whose workers have started (a fork forgets them)
+_start_lock = threading.Lock()
 
 
 def _threads():
@@ -355,22 +401,53 @@ def _parts(n, macs):
     return min(_threads(), n) if macs >= MIN_PARALLEL_MACS else 1
 
 
-def _parallel(fn, n, k):
-    """fn(part, i0, i1) over [0, n) (images, rows) cut into k parts, run at once (the calling
-    thread takes part 0)."""
-    global _pool
-    bounds = [n * i // k for i in range(k + 1)]
-    if k > 1 and _pool is None:
-        _pool = ThreadPoolExecutor(THREADS - 1, thread_name_prefix="ember-native")
-    futures = [_pool.submit(fn, i, bounds[i], bounds[i + 1]) for i in range(1, k)]
-    fn(0, bounds[0], bounds[1])
-    for f in futures:
-        f.result()
+def _parallel(part, args, n, k):
+    """kernels.c's `part` (a name in Library.parts) over [0, n) cut into k parts, run at once:
+    part 0 on this thread, the others on the pool's workers (or all here while another
+    thread's job is out). args: the part's integers and addresses, None for NULL; it returns
+    once every part is done."""
+    lib = _lib
+    fn, array = lib.parts[part], (ctypes.c_int64 * len(args))(*(a or 0 for a in args))
+    if k > 1:
+        wakes = lib.wakes if len(lib.wakes) >= k else _start_workers(lib, k)
+        asleep = lib.pool_post(fn, array, n, k)
+        if asleep >= 0:
+            for w in range(1, k):
+                if asleep >> w & 1:
+                    wakes[w].release()
+            lib.pool_join()  # (ctypes lets go of the GIL: the workers' wake-up needs it)
+            return
+    lib.pool_inline(fn, array, n, k)
+
+
+def _start_workers(lib, k):
+    with _start_lock:
+        if len(lib.wakes) == 1:  # the spin in pauses, timed once per build
+            t = time.perf_counter()
+            lib.pool_pause(20000)
+            pause = max((time.perf_counter() - t) / 20000, 1e-10)
+            lib.pool_set_spin(int(SPIN_SECONDS / pause))
+            _pooled.append(lib)
+        while len(lib.wakes) < k:
+            wake, w = threading.Semaphore(0), len(lib.wakes)
+            threading.Thread(target=_work, args=(lib, w, wake), daemon=True,
+                             name=f"ember-native-{w}").start()
+            lib.wakes.append(wake)
+    return lib.wakes
+
+
+def _work(lib, w, wake):
+    seen = 0  # the last job this worker saw
+    while True:
+        seen = lib.pool_work(w, seen)  # (returns after SPIN_SECONDS without a job)
+        wake.acquire()
 
 
 def _forget_pool():  # a forked child has none of the pool's threads: it starts its own
-    global _pool
-    _pool = None
+    for lib in _pooled:
+        del lib.wakes[1:]
+        lib.pool_reset()
+    _pooled.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -381,10 +458,10 @@ _BLAS_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # OpenBLAS runs a GEMM of fewer multiply-adds than this on the calling thread itself (its
 # interface/gemm.c: 65536 x GEMM_MULTITHREAD_THRESHOLD 4): no need to set its thread count
 _BLAS_THREADS_FROM = 1 << 18
-# Products from this many multiply-adds are split over the pool; smaller ones run whole on the
-# calling thread: a hand-off to the pool costs tens of microseconds, and the NumPy path's
-# convolutions (stride 2, groups) make many products of a few million (measured no faster
-# split, on 2 cores). MNIST's Linear 11616 -> 32 at batch 64 is 24M, the MLP's 784 -> 256 12.8M.
+# Products from this many multiply-adds may be split over the pool; smaller ones run whole on
+# the calling thread: a hand-off to a sleeping worker costs tens of microseconds, and the NumPy
+# path's convolutions (stride 2, groups) make many products of a few million (measured no
+# faster split, on 2 cores). MNIST's Linear 11616 -> 32 at batch 64 is 24M, the MLP's 12.8M.
 MIN_PARALLEL_GEMM = 1 << 23
 # An instance with no thread cap leaves products from this many multiply-adds to OpenBLAS's own
 # threads. Smaller ones split over the pool with OpenBLAS single-threaded: its workers, woken
@@ -440,13 +517,13 @@ def _matmul(a, b):
     (m, k), n = a.shape[-2:], b.shape[-1]
     threads = _threads()
     if threads == 1 or a.dtype != b.dtype or m * n * k < MIN_PARALLEL_GEMM or (
-            b.shape[-2] != k):
+            b.shape[-2] != k) or not a.size or not b.size or _cblas() is None:
         return np.matmul(a, b)  # (a mismatch: NumPy's own error)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     # split over the pool, or whole on this thread: measured on this machine (ember.autotune),
-    # split first (the default). A hand-off to the pool costs a worker's wake-up, ~0.1 ms
-    # there and back on a 2-vCPU VM, where products of 12.8M-16.8M multiply-adds (an MLP's
-    # 784 -> 256 at batch 64) ran 1.1-1.3x slower split and from 24M (MNIST's) faster
+    # split first (the default). A hand-off costs ~1 us to a worker still spinning after the
+    # last job, 35-100 us to one asleep (a 2-vCPU VM); an MLP's 784 -> 256 at batch 64 (12.8M
+    # multiply-adds) took 200 us whole and 120 us split over 2 (OpenBLAS's 2 threads: 130)
     key = (device(), threads, a.dtype.char, bucket(math.prod(batch)), bucket(m), bucket(k),
            bucket(n))
 
@@ -456,29 +533,42 @@ def _matmul(a, b):
 
 
 def _split(a, b, batch, threads):
-    """a @ b in up to `threads` parts at once: slices of the batch, else rows of a, else
-    columns of b, each part BLAS called into its slice of the result."""
-    m, n = a.shape[-2], b.shape[-1]
+    """a @ b in up to `threads` parts at once (kernels.c's gemm_part, the BLAS's cblas_?gemm
+    on each): items of the batch, else rows of a, else columns of b."""
+    gemm = _cblas()
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    (a, ta, lda, at), (b, tb, ldb, bt) = _operand(a, batch, m, k), _operand(b, batch, k, n)
+    items = math.prod(batch)
     out = np.empty(batch + (m, n), a.dtype)
-    if batch and batch[0] >= threads:  # whole products per thread: a slice of the batch each
-        def first(x):  # x's part along the batch's first dim (all of x where it broadcasts)
-            whole = x.ndim - 2 < len(batch) or x.shape[0] == 1
-            return (lambda i0, i1: x) if whole else (lambda i0, i1: x[i0:i1])
-        sa, sb = first(a), first(b)
-
-        def part(_, i0, i1):
-            np.matmul(sa(i0, i1), sb(i0, i1), out=out[i0:i1])
-        size = batch[0]
-    elif m >= n:
-        def part(_, i0, i1):
-            np.matmul(a[..., i0:i1, :], b, out=out[..., i0:i1, :])
-        size = m
-    else:
-        def part(_, i0, i1):
-            np.matmul(a, b[..., i0:i1], out=out[..., i0:i1])
-        size = n
-    _parallel(part, size, min(threads, size))
+    axis, size = (0, items) if items >= threads else (1, m) if m >= n else (2, n)
+    double = a.dtype == np.float64
+    args = (gemm[double], double | gemm[2] << 1, axis, a.ctypes.data, b.ctypes.data,
+            out.ctypes.data, m, n, k, ta, lda, tb, ldb, at.ctypes.data, bt.ctypes.data, items)
+    _parallel("gemm", args, size, min(threads, size))
     return out
+
+
+def _operand(x, batch, rows, cols):
+    """How gemm_part reads x [..., rows, cols] broadcast to `batch`: (the array to pass: x, or
+    a C-contiguous copy where BLAS cannot read x's layout; transposed; its leading dimension;
+    each batch item's offset in elements)."""
+    step = x.itemsize
+    strides = np.broadcast_to(x, batch + (rows, cols)).strides
+    if any(st % step or st < 0 for st in strides):
+        x = np.ascontiguousarray(x)
+        strides = np.broadcast_to(x, batch + (rows, cols)).strides
+    *outer, sr, sc = (st // step for st in strides)
+    if sc == 1 and sr >= max(cols, 1):
+        transposed, ld = 0, sr
+    elif sr == 1 and sc >= max(rows, 1):
+        transposed, ld = 1, sc
+    else:  # (a row or a column of stride 0, say): copied
+        return _operand(np.ascontiguousarray(x), batch, rows, cols)
+    offsets = np.zeros(batch, np.int64)
+    for d, (size, st) in enumerate(zip(batch, outer)):
+        offsets += (np.arange(size, dtype=np.int64) * st).reshape((size,) + (1,) * (
+            len(batch) - d - 1))
+    return x, transposed, ld, offsets.reshape(-1)
 
 
 # ---- elementwise ----------------------------------------------------------------------
@@ -579,7 +669,7 @@ def _conv(lib, x, w, b, padding, dilation, out_hw):
     scratch = geo.scratches(parts)
     args = geo.args() + (wpk.ctypes.data, None if bias is None else bias.ctypes.data,
                          geo.off.ctypes.data, t, out.ctypes.data, o) + tuple(out_hw)
-    _parallel(lambda i, i0, i1: lib.conv2d_f32(*args, i0, i1, scratch[i].ctypes.data), n, parts)
+    _parallel("conv2d", args + (scratch.ctypes.data, scratch.shape[1]), n, parts)
     return out
 
 
@@ -623,8 +713,8 @@ def conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
     scratch = geo.scratches(parts)
     sums = np.zeros((parts, o, c, t, lib.vector), _F32)
     args = (g.ctypes.data, o, oh, ow) + geo.args() + (geo.off.ctypes.data, t)
-    _parallel(lambda i, i0, i1: lib.conv2d_weight_f32(
-        *args, sums[i].ctypes.data, i0, i1, geo.block, scratch[i].ctypes.data), n, parts)
+    _parallel("conv2d_weight", args + (sums.ctypes.data, sums[0].size, geo.block,
+                                       scratch.ctypes.data, scratch.shape[1]), n, parts)
     return sums.sum(axis=(0, 4), dtype=_F32).reshape(o, c, kh, kw)
 
 

@@ -414,6 +414,9 @@ def fuse(block):
     if parts == 1:
         fn(0, size, *args)
     else:
-        _parallel(lambda _, c0, c1: fn(c0 * 64, min(c1 * 64, size), *args), chunks, parts)
+        _parallel("fused", (ctypes.cast(fn, ctypes.c_void_p).value, size, rank,
+                            shape_arg.ctypes.data, stride_arg.ctypes.data,
+                            ctypes.addressof(ptrs), ctypes.cast(sc, ctypes.c_void_p).value),
+                  chunks, parts)
     counters["runs"] += 1
     return outs

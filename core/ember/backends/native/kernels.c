@@ -300,3 +300,163 @@ void mask_where_f32(const float *x, const unsigned char *mask, float value, floa
 #pragma omp simd
   for (i64 i = 0; i < n; i++) out[i] = mask[i] ? value : x[i];
 }
+
+// ---- the thread pool ------------------------------------------------------------------------
+// A job is part(args, i0, i1, p) over [0, n) cut into k parts: the caller runs part 0 (between
+// pool_post and pool_join), worker w runs part w. The workers are threads Python starts
+// (native/__init__.py), each calling pool_work with the GIL released; an idle worker spins for
+// `spin` pauses (~1 ms) before it returns to Python to sleep on a lock, which pool_post says to
+// release. Why spin: waking a sleeping thread took 35-100 us on a 2-vCPU VM, as long as half of
+// a training step's GEMM, and Python's pool (futures, the GIL) cost another ~50 us; back-to-back
+// ops find a spinning worker at once (a job's hand-off ~1 us). No libc (see the top): GCC's
+// atomic builtins and the CPU's pause hint only.
+typedef void (*part_fn)(const i64 *args, i64 i0, i64 i1, i64 part);
+#define MAX_WORKERS 8
+enum { AWAKE = 0, ASLEEP = 1 };
+static struct {
+  i64 gen;                // the last job's number
+  i64 todo[MAX_WORKERS];  // the job each worker has a part in
+  i64 state[MAX_WORKERS]; // AWAKE or ASLEEP (returned to Python)
+  i64 pending;            // the workers' parts not done yet
+  i64 busy;               // a job is out (one at a time; a second caller runs its own inline)
+  i64 spin;
+  part_fn fn;
+  const i64 *args;
+  i64 n, k;
+} pool = {.spin = 100000};
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#else
+  __asm__ volatile("" ::: "memory");  // (a loop of pauses stays a loop)
+#endif
+}
+
+void pool_set_spin(i64 pauses) { pool.spin = pauses; }
+void pool_pause(i64 pauses) {  // (to time a pause: the spin is set in seconds)
+  for (i64 i = 0; i < pauses; i++) relax();
+}
+void pool_reset(void) {  // after fork(): the child has none of the workers
+  for (int w = 0; w < MAX_WORKERS; w++) pool.todo[w] = pool.state[w] = 0;
+  pool.gen = pool.pending = pool.busy = 0;
+}
+
+// worker w (1 ..): runs its parts of the jobs after job `seen` until none came for pool.spin
+// pauses; returns the last job it saw (its next call's `seen`), and Python then sleeps.
+i64 pool_work(i64 w, i64 seen) {
+  for (i64 idle = 0;; relax()) {
+    i64 g = __atomic_load_n(&pool.gen, __ATOMIC_SEQ_CST);
+    if (g == seen) {
+      if (++idle < pool.spin) continue;
+      __atomic_store_n(&pool.state[w], ASLEEP, __ATOMIC_SEQ_CST);
+      if (__atomic_load_n(&pool.gen, __ATOMIC_SEQ_CST) == seen) return seen;
+      __atomic_store_n(&pool.state[w], AWAKE, __ATOMIC_SEQ_CST);  // a job came meanwhile
+      continue;
+    }
+    seen = g;
+    idle = 0;
+    // (a job this worker has no part in can be followed by one it has: it is seen next round)
+    if (__atomic_load_n(&pool.todo[w], __ATOMIC_SEQ_CST) == g) {
+      pool.fn(pool.args, pool.n * w / pool.k, pool.n * (w + 1) / pool.k, w);
+      __atomic_fetch_sub(&pool.pending, 1, __ATOMIC_SEQ_CST);
+    }
+  }
+}
+
+// Hands parts 1 .. k-1 of a job to the workers: the bit mask of those asleep, whom the caller
+// wakes, or -1 when another caller's job is out (then run it with pool_inline).
+i64 pool_post(part_fn fn, const i64 *args, i64 n, i64 k) {
+  i64 free = 0;
+  if (k > MAX_WORKERS || !__atomic_compare_exchange_n(&pool.busy, &free, 1, 0,
+                                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    return -1;
+  pool.fn = fn, pool.args = args, pool.n = n, pool.k = k;
+  i64 g = pool.gen + 1, wake = 0;
+  __atomic_store_n(&pool.pending, k - 1, __ATOMIC_SEQ_CST);
+  for (i64 w = 1; w < k; w++) __atomic_store_n(&pool.todo[w], g, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&pool.gen, g, __ATOMIC_SEQ_CST);
+  for (i64 w = 1; w < k; w++)
+    if (__atomic_exchange_n(&pool.state[w], AWAKE, __ATOMIC_SEQ_CST) == ASLEEP) wake |= 1 << w;
+  return wake;
+}
+
+void pool_join(void) {  // runs part 0 and waits for the others
+  pool.fn(pool.args, 0, pool.n / pool.k, 0);
+  while (__atomic_load_n(&pool.pending, __ATOMIC_SEQ_CST)) relax();
+  __atomic_store_n(&pool.busy, 0, __ATOMIC_SEQ_CST);
+}
+
+void pool_inline(part_fn fn, const i64 *args, i64 n, i64 k) {
+  for (i64 p = 0; p < k; p++) fn(args, n * p / k, n * (p + 1) / k, p);
+}
+
+// ---- the parts the pool runs ----------------------------------------------------------------
+// conv2d_f32's arguments 0-15, then the scratch of part 0 and the floats between two parts'.
+void conv2d_part(const i64 *a, i64 i0, i64 i1, i64 p) {
+  conv2d_f32((const float *)a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], (const float *)a[8],
+             (const float *)a[9], (const int *)a[10], a[11], (float *)a[12], a[13], a[14], a[15],
+             i0, i1, (float *)a[16] + p * a[17]);
+}
+
+// conv2d_weight_f32's arguments 0-13, the sums of part 0 and the floats between two parts',
+// the block, part 0's scratch and the floats between two parts'.
+void conv2d_weight_part(const i64 *a, i64 i0, i64 i1, i64 p) {
+  conv2d_weight_f32((const float *)a[0], a[1], a[2], a[3], (const float *)a[4], a[5], a[6], a[7],
+                    a[8], a[9], a[10], a[11], (const int *)a[12], a[13],
+                    (float *)a[14] + p * a[15], i0, i1, a[16], (float *)a[17] + p * a[18]);
+}
+
+// A fused kernel (fused.py) on 64-element chunks [i0, i1): its pointer, the size, then its own
+// arguments after (start, stop).
+typedef void (*fused_fn)(i64, i64, int, const i64 *, const i64 *, void *const *, const char *);
+void fused_part(const i64 *a, i64 i0, i64 i1, i64 p) {
+  (void)p;
+  i64 stop = i1 * 64 < a[1] ? i1 * 64 : a[1];
+  ((fused_fn)a[0])(i0 * 64, stop, a[2], (const i64 *)a[3], (const i64 *)a[4],
+                   (void *const *)a[5], (const char *)a[6]);
+}
+
+// C = A @ B through the BLAS's cblas_sgemm/dgemm (a[0]; a[1]: bit 0 double, bit 1 64-bit
+// ints), by parts along a[2]: 0 the batch, 1 the rows of A, 2 the columns of B. a[3..5]: A, B,
+// C (C-contiguous [batch, m, n]); a[6..8]: m, n, k; a[9..12]: A transposed (0/1) and its
+// leading dimension, B's; a[13], a[14]: each batch item's offset in A, in B (elements: a
+// broadcast repeats one); a[15]: the batch.
+typedef void (*sgemm32)(int, int, int, int, int, int, float, const float *, int, const float *,
+                        int, float, float *, int);
+typedef void (*sgemm64)(int, int, int, i64, i64, i64, float, const float *, i64, const float *,
+                        i64, float, float *, i64);
+typedef void (*dgemm32)(int, int, int, int, int, int, double, const double *, int,
+                        const double *, int, double, double *, int);
+typedef void (*dgemm64)(int, int, int, i64, i64, i64, double, const double *, i64,
+                        const double *, i64, double, double *, i64);
+void gemm_part(const i64 *a, i64 i0, i64 i1, i64 p) {
+  (void)p;
+  i64 axis = a[2], m = a[6], n = a[7], k = a[8], ta = a[9], lda = a[10], tb = a[11],
+      ldb = a[12];
+  i64 b0 = axis == 0 ? i0 : 0, b1 = axis == 0 ? i1 : a[15];
+  i64 r0 = axis == 1 ? i0 : 0, r1 = axis == 1 ? i1 : m;
+  i64 c0 = axis == 2 ? i0 : 0, c1 = axis == 2 ? i1 : n;
+  i64 size = a[1] & 1 ? 8 : 4;
+  int order = 101, trans_a = ta ? 112 : 111, trans_b = tb ? 112 : 111;  // CBLAS' enums
+  if (r1 <= r0 || c1 <= c0) return;
+  for (i64 bi = b0; bi < b1; bi++) {
+    const i64 *at = (const i64 *)a[13], *bt = (const i64 *)a[14];
+    const char *A = (const char *)a[3] + size * (at[bi] + r0 * (ta ? 1 : lda));
+    const char *B = (const char *)a[4] + size * (bt[bi] + c0 * (tb ? ldb : 1));
+    char *C = (char *)a[5] + size * ((bi * m + r0) * n + c0);
+    i64 rows = r1 - r0, cols = c1 - c0;
+    switch (a[1]) {
+    case 0: ((sgemm32)a[0])(order, trans_a, trans_b, rows, cols, k, 1.0f, (const float *)A, lda,
+                            (const float *)B, ldb, 0.0f, (float *)C, n); break;
+    case 1: ((dgemm32)a[0])(order, trans_a, trans_b, rows, cols, k, 1.0, (const double *)A, lda,
+                            (const double *)B, ldb, 0.0, (double *)C, n); break;
+    case 2: ((sgemm64)a[0])(order, trans_a, trans_b, rows, cols, k, 1.0f, (const float *)A, lda,
+                            (const float *)B, ldb, 0.0f, (float *)C, n); break;
+    default: ((dgemm64)a[0])(order, trans_a, trans_b, rows, cols, k, 1.0, (const double *)A,
+                             lda, (const double *)B, ldb, 0.0, (double *)C, n);
+    }
+  }
+}
