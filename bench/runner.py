@@ -8,11 +8,14 @@ defines `BENCHMARKS = {name: function}`; each function takes the run's `Context`
 
 Timing: the callables of one case are measured side by side in this process, their repeats
 interleaved (and the order rotated each repeat), so that a noisy neighbour on a shared machine
-slows all of them alike. Each sample follows one untimed call (so that the allocator and cache
-state the other callable left is not charged to this one) and runs the callable `number`
-times, picked so that a sample lasts about `target` seconds, with the garbage collector off,
-as timeit does. A row reports the median sample and the minimum. Nothing here asserts on
-time: ratios are printed.
+slows all of them alike. Each sample runs the callable `number` times, picked so that a sample
+lasts about `target` seconds, with the garbage collector off, as timeit does. It follows as
+many untimed calls, so that what the other callable left is not charged to this one: its
+allocator and cache state, and its threads: PyTorch's OpenMP workers spin ~10 ms after each
+parallel region, taking a core from whatever runs next, and are asleep when PyTorch's turn
+comes back. On 2 cores the first MLP step after a switch took 4x a steady one (ember's) and
+2.3x (PyTorch's); both were steady again after ~10 ms (bench/README.md, session 13). A row
+reports the median sample and the minimum. Nothing here asserts on time: ratios are printed.
 """
 
 import datetime
@@ -61,8 +64,8 @@ class Context:
         order = list(range(len(fns)))
         for _ in range(self.repeat):
             for i in order:
-                fns[i]()  # untimed: what the other callable left (allocator, caches) is not
-                samples[i].append(_clock(fns[i], number) / number)  # charged to this one
+                _clock(fns[i], number)  # untimed (the module's docstring says why)
+                samples[i].append(_clock(fns[i], number) / number)
             order = order[1:] + order[:1]
         return [Stats(s, number) for s in samples]
 
