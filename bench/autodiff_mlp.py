@@ -7,9 +7,8 @@ same gradients before timing. PyTorch is a reference only: without it (pip insta
 torch==2.13.0) the benchmark says so and measures nothing.
 """
 
-import os
-
 import numpy as np
+from _helpers import cpus
 
 from ember import Tensor
 from ember.backend import Autodiff, NdArray
@@ -62,7 +61,7 @@ def train_step(ctx):
         yield ctx.row("MLP 784-256-10 batch 64 step: PyTorch not installed "
                       "(pip install torch==2.13.0)", float("nan"), float("nan"), "ms")
         return
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(cpus())
     x, labels, params = _weights()
     ours = ember_step(Autodiff(NdArray()), x, labels, params)
     theirs = torch_step(torch, x, labels, params)

@@ -12,9 +12,8 @@ whether they loaded), its other elementwise NumPy work on one thread.
 Without PyTorch the benchmark says so and measures nothing.
 """
 
-import os
-
 import numpy as np
+from _helpers import cpus
 
 import ember
 from ember import Tensor, nn, optim
@@ -90,7 +89,7 @@ def _torch():
         import torch
     except ImportError:
         return None
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(cpus())
     return torch
 
 

@@ -13,6 +13,7 @@ PyTorch is a reference only: without it (pip install torch==2.13.0) nothing is m
 import os
 
 import numpy as np
+from _helpers import cpus
 
 from ember import Tensor
 from ember.backend import Autodiff, NdArray
@@ -27,7 +28,7 @@ def _threads():
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         if os.environ.get(name, "").isdigit():
             return int(os.environ[name])
-    return os.cpu_count() or 1
+    return cpus()
 
 
 def _torch():

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from _helpers import cpus
 
 import ember
 from ember import Tensor, nn, optim
@@ -33,7 +34,7 @@ def _torch():
         import torch
     except ImportError:
         return None
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(cpus())
     return torch
 
 

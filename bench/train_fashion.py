@@ -14,10 +14,10 @@ for both (the same loader). PyTorch runs with as many threads as the machine has
 Without PyTorch or without the data set, it says so and measures nothing.
 """
 
-import os
 import time
 
 import numpy as np
+from _helpers import cpus
 
 BATCH, LR, BATCHES, CHUNK, EPOCH_BATCHES = 128, 1e-3, 100, 10, 469
 
@@ -94,7 +94,7 @@ def epoch(ctx):
     except data.DataError as e:
         yield ctx.row(f"Fashion-MNIST ConvNet training: {e}", float("nan"), float("nan"), "ms")
         return
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(cpus())
     torch.manual_seed(0)
     ember_model, ours = _ember_side(dataset)
     theirs = _torch_side(torch, ember_model, dataset)
