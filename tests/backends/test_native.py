@@ -483,6 +483,32 @@ def test_openblas_is_single_threaded_only_inside_embers_gemms(lib, monkeypatch):
 
 
 @needs_cc
+def test_a_part_no_worker_takes_is_run_by_the_caller(lib, monkeypatch, tmp_path):
+    """On a busy machine a worker may not run for a while: the caller, its own part done, runs
+    the parts no worker has taken yet, so a job never waits for a worker to start."""
+    import threading
+    copy = tmp_path / "kernels-copy.so"  # (another file: a second load, with statics of its own)
+    shutil.copy(lib.path, copy)
+    alone = native.Library(copy)
+    alone.wakes = [None, threading.Semaphore(0)]  # as if its worker had started: none will run
+    monkeypatch.setattr(native, "_lib", alone)
+    monkeypatch.setattr(native, "MIN_PARALLEL_GEMM", 0)
+    monkeypatch.setattr(native, "THREADS", 2)
+    monkeypatch.setenv("EMBER_AUTOTUNE", "0")  # (split, the default)
+    a = np.random.default_rng(6).standard_normal((96, 80)).astype(np.float32)
+    got = []
+
+    def product():
+        with kernels.using(native.Native(threads=2)):
+            got.append(native.matmul(a, a.T))
+    t = threading.Thread(target=product, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the job waited for a worker that never ran"
+    _gemm_close(got[0], a, a.T)
+
+
+@needs_cc
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 def test_a_forked_child_gets_a_pool_of_its_own(lib, monkeypatch):
     """A child forked after the pool started has none of its threads: work handed to them

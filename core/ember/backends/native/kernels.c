@@ -315,7 +315,7 @@ typedef void (*part_fn)(const i64 *args, i64 i0, i64 i1, i64 part);
 enum { AWAKE = 0, ASLEEP = 1 };
 static struct {
   i64 gen;                // the last job's number
-  i64 todo[MAX_WORKERS];  // the job each worker has a part in
+  i64 todo[MAX_WORKERS];  // the job each worker has a part in (negated once it is taken)
   i64 state[MAX_WORKERS]; // AWAKE or ASLEEP (returned to Python)
   i64 pending;            // the workers' parts not done yet
   i64 busy;               // a job is out (one at a time; a second caller runs its own inline)
@@ -344,6 +344,17 @@ void pool_reset(void) {  // after fork(): the child has none of the workers
   pool.gen = pool.pending = pool.busy = 0;
 }
 
+// Part w of job g is run by whoever takes it first: its worker, or the caller once its own part
+// is done (a worker the OS has not scheduled yet, on a busy machine, then costs no wait).
+static int claim(i64 w, i64 g) {
+  return __atomic_compare_exchange_n(&pool.todo[w], &g, -g, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST);
+}
+static void run_part(i64 w) {
+  pool.fn(pool.args, pool.n * w / pool.k, pool.n * (w + 1) / pool.k, w);
+  __atomic_fetch_sub(&pool.pending, 1, __ATOMIC_SEQ_CST);
+}
+
 // worker w (1 ..): runs its parts of the jobs after job `seen` until none came for pool.spin
 // pauses; returns the last job it saw (its next call's `seen`), and Python then sleeps.
 i64 pool_work(i64 w, i64 seen) {
@@ -359,10 +370,7 @@ i64 pool_work(i64 w, i64 seen) {
     seen = g;
     idle = 0;
     // (a job this worker has no part in can be followed by one it has: it is seen next round)
-    if (__atomic_load_n(&pool.todo[w], __ATOMIC_SEQ_CST) == g) {
-      pool.fn(pool.args, pool.n * w / pool.k, pool.n * (w + 1) / pool.k, w);
-      __atomic_fetch_sub(&pool.pending, 1, __ATOMIC_SEQ_CST);
-    }
+    if (claim(w, g)) run_part(w);
   }
 }
 
@@ -383,8 +391,10 @@ i64 pool_post(part_fn fn, const i64 *args, i64 n, i64 k) {
   return wake;
 }
 
-void pool_join(void) {  // runs part 0 and waits for the others
+void pool_join(void) {  // runs part 0, then any part no worker took yet, and waits for the rest
   pool.fn(pool.args, 0, pool.n / pool.k, 0);
+  for (i64 w = 1; w < pool.k; w++)
+    if (claim(w, pool.gen)) run_part(w);
   while (__atomic_load_n(&pool.pending, __ATOMIC_SEQ_CST)) relax();
   __atomic_store_n(&pool.busy, 0, __ATOMIC_SEQ_CST);
 }
