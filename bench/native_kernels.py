@@ -1,6 +1,8 @@
 """NdArray's native C kernels (core/ember/backends/native) against NumPy's path for the same
 ops, in one process, on the MNIST model's shapes (batch 64, 3x3 kernels): conv2d, its input
-gradient conv_transpose2d, its weight gradient conv2d_weight, GELU and its gradient.
+gradient conv_transpose2d, its weight gradient conv2d_weight, GELU and its gradient; and
+(gemm_split) the training steps' float32 products split over kernels.c's thread pool against
+OpenBLAS's own threads.
 
 "ember" is the C kernel (a thread per CPU for the convolutions), "reference" the op's NumPy
 implementation as it runs without them (NdArray(kernels="numpy")): im2col + GEMMs on
@@ -81,15 +83,59 @@ def kernels_vs_numpy(ctx):
     return rows
 
 
+# the training steps' products: the MLP's (784 -> 256 forward, its weight gradient), a square
+# one, and a larger one
+GEMMS = [(64, 784, 256), (784, 64, 256), (256, 256, 256), (128, 1024, 512)]
+
+
+def gemm_split(ctx):
+    """A float32 product split over kernels.c's pool (gemm_part: cblas_sgemm per part, OpenBLAS
+    single-threaded) against np.matmul on OpenBLAS's own threads, as many as this process may
+    use; timed one side after the other, as above."""
+    native, why = _native()
+    from ember.backends import native as module
+    blas, threads = module._openblas(), module.THREADS
+    rows = []
+    for m, k, n in GEMMS:
+        case = f"matmul {m}x{k}x{n} float32 over {threads} threads: ember's pool vs OpenBLAS"
+        if native is None or blas is None or module._cblas() is None or threads == 1:
+            reason = why or ("one CPU" if threads == 1 else "no OpenBLAS found")
+            rows.append(ctx.row(f"{case}: not measured ({reason})", float("nan"),
+                                float("nan"), "us"))
+            continue
+        rng = np.random.default_rng(1)
+        a, b = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
+
+        def pool(a=a, b=b):
+            module._blas_single(True)
+            try:
+                return module._split(a, b, (), threads)
+            finally:
+                module._blas_single(False)
+        np.testing.assert_allclose(pool(), a @ b, rtol=1e-4, atol=1e-3)
+        blas[0](threads)
+        ours = ctx.measure(pool)[0]
+        theirs = ctx.measure(lambda a=a, b=b: np.matmul(a, b))[0]
+        time.sleep(0.2)  # OpenBLAS's workers go idle
+        rows.append(ctx.time_row(case, ours, theirs))
+    return rows
+
+
 def summarize(rows):
     timed = [r for r in rows if r["ratio"] == r["ratio"]]  # (NaN: not measured)
     if not timed:
         return ["nothing measured: no native kernels"]
     from ember.backends import native
-    worst = max(timed, key=lambda r: r["ratio"])
-    return [f"C kernels / NumPy path: {min(r['ratio'] for r in timed):.2f}x to "
-            f"{worst['ratio']:.2f}x ({worst['case']}); timed one side after the other, not "
-            f"interleaved (see bench/native_kernels.py)", native.status()]
+    lines = []
+    for name, what in (("kernels_vs_numpy", "C kernels / NumPy path"),
+                       ("gemm_split", "ember's pool / OpenBLAS's threads")):
+        mine = [r for r in timed if r["benchmark"].endswith(name)]
+        if mine:
+            worst = max(mine, key=lambda r: r["ratio"])
+            lines.append(f"{what}: {min(r['ratio'] for r in mine):.2f}x to "
+                         f"{worst['ratio']:.2f}x ({worst['case']})")
+    return lines + ["timed one side after the other, not interleaved (see "
+                    "bench/native_kernels.py)", native.status()]
 
 
-BENCHMARKS = {"kernels_vs_numpy": kernels_vs_numpy}
+BENCHMARKS = {"kernels_vs_numpy": kernels_vs_numpy, "gemm_split": gemm_split}
