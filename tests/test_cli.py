@@ -40,14 +40,19 @@ def test_bench_one_benchmark_of_a_module(capsys):
 
 
 def test_bench_native_kernels_checks_and_times_every_kernel(capsys):
-    """bench/native_kernels: each C kernel against NumPy's path (checked equal first)."""
+    """bench/native_kernels: each C kernel against NumPy's path, and the split GEMMs against
+    OpenBLAS's threads (each checked equal first)."""
     from ember.backends import native
     assert cli.main(["bench", "--quick", "--repeat", "2", "native_kernels"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("native_kernels.")]
-    assert len(rows) == 10
+    ops = [r for r in rows if r.startswith("native_kernels.kernels_vs_numpy ")]
+    gemms = [r for r in rows if r.startswith("native_kernels.gemm_split ")]
+    assert len(ops) == 10 and len(gemms) == 4 and len(rows) == 14
     if native.compiler() is not None:  # (without one, each row says there are no kernels)
-        assert "NdArray's native kernels: loaded" in out and "nan" not in " ".join(rows)
+        assert "NdArray's native kernels: loaded" in out and "nan" not in " ".join(ops)
+        if native.THREADS > 1 and native._cblas() is not None:  # (else: "not measured")
+            assert "nan" not in " ".join(gemms)
 
 
 @pytest.mark.parametrize("name, hints", [("nope", ["ndarray_vs_numpy", "ownership"]),
