@@ -190,10 +190,6 @@ _P, _I, _I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
 _SIGNATURES = {
     "gelu_f32": (_P, _P, _I64, _P),
     "gelu_grad_f32": (_P, _P, _P, _I64, _P),
-    "conv2d_f32": (_P, _I, _I, _I, _I, _I, _I, _I, _P, _P, _P, _I, _P, _I, _I, _I, _I, _I,
-                   _P),
-    "conv2d_weight_f32": (_P, _I, _I, _I, _P, _I, _I, _I, _I, _I, _I, _I, _P, _I, _P, _I, _I,
-                          _I, _P),
     "mask_where_f32": (_P, _P, ctypes.c_float, _P, _I64),
     "relu_f32": (_P, _P, _I64),
     "adam_f32": (_P, _P, _P, _P, _P, _P, _P, _I64, ctypes.c_float, _I, _P),
@@ -552,17 +548,14 @@ def _operand(x, batch, rows, cols):
     """How gemm_part reads x [..., rows, cols] broadcast to `batch`: (the array to pass: x, or
     a C-contiguous copy where BLAS cannot read x's layout; transposed; its leading dimension;
     each batch item's offset in elements)."""
-    step = x.itemsize
     strides = np.broadcast_to(x, batch + (rows, cols)).strides
-    if any(st % step or st < 0 for st in strides):
-        x = np.ascontiguousarray(x)
-        strides = np.broadcast_to(x, batch + (rows, cols)).strides
-    *outer, sr, sc = (st // step for st in strides)
-    if sc == 1 and sr >= max(cols, 1):
+    *outer, sr, sc = (st // x.itemsize for st in strides)
+    whole = not any(st % x.itemsize or st < 0 for st in strides)  # (in elements, forward)
+    if whole and sc == 1 and sr >= max(cols, 1):
         transposed, ld = 0, sr
-    elif sr == 1 and sc >= max(rows, 1):
+    elif whole and sr == 1 and sc >= max(rows, 1):
         transposed, ld = 1, sc
-    else:  # (a row or a column of stride 0, say): copied
+    else:  # (reversed, a row or a column of stride 0, say): copied
         return _operand(np.ascontiguousarray(x), batch, rows, cols)
     offsets = np.zeros(batch, np.int64)
     for d, (size, st) in enumerate(zip(batch, outer)):
