@@ -4,8 +4,11 @@ The real build and the browser are exercised in e2e/."""
 
 import ast
 import asyncio
+import gzip
 import hashlib
 import json
+import shutil
+import subprocess
 import urllib.error
 import urllib.request
 import zipfile
@@ -180,6 +183,26 @@ def test_ember_js_is_pointed_at_the_pinned_runtime(tmp_path):
     assert 'const WEIGHT_BYTES = {"mnist": 1700000};' in ember_js.read_text()
     with pytest.raises(site.SiteError, match="default indexURL"):
         site.point_at_pinned(ember_js, "0123456789abcdef")  # already pinned: nothing to rewrite
+
+
+def test_ember_js_gets_the_shipped_snapshot_s_name_and_check(tmp_path):
+    ember_js = tmp_path / "ember.js"
+    ember_js.write_text((ROOT / "web" / "ember.js").read_text())
+    shipped = {"file": "memory-snapshot.bin", "check": "1040:abc"}
+    site.point_at_pinned(ember_js, "0123456789abcdef", 1, {}, shipped)
+    assert ('const SHIPPED_SNAPSHOT = {"file": "memory-snapshot.bin", "check": "1040:abc"};'
+            in ember_js.read_text())
+
+
+def test_the_snapshot_check_sums_every_64th_word_as_boot_js_does():
+    import struct
+    words = [(i * 2654435761) & 0xFFFFFFFF for i in range(260)]
+    data = struct.pack("<260I", *words)
+    total = 0
+    for i in (0, 64, 128, 192, 256):  # boot.js check(): sum = sum * 31 + word, 32 bits
+        total = (total * 31 + words[i]) % 2**32
+    assert site.snapshot_check(data) == f"1040:{total:x}"
+    assert site.snapshot_check(bytes(8)) == "8:0"
 
 
 def test_connections_are_kept_alive(served):
@@ -631,6 +654,47 @@ def test_the_server_sends_the_precompressed_file_to_a_browser_that_takes_gzip(se
     assert e.value.code == 304
     with urllib.request.urlopen(served.url + "a.wasm") as r:  # no .gz beside it: as it is
         assert r.headers["Vary"] is None and r.headers["Content-Encoding"] is None
+
+
+def _unzstd(data):  # (Python 3.11's stdlib has no zstd: Debian's, which `ember site` uses)
+    return subprocess.run(["zstd", "-d", "-c", "--long=23"], input=data, capture_output=True,
+                          check=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="ember site's zstd (make deps)")
+def test_big_files_get_a_zst_beside_their_gz_which_the_server_sends_first(served, tmp_path,
+                                                                          monkeypatch):
+    import random
+    rng = random.Random(0)
+    words = [bytes(rng.choice(b"abcdefgh") for _ in range(6)) for _ in range(300)]
+    big = tmp_path / "x-1.0-py3-none-any.whl"
+    big.write_bytes(b" ".join(rng.choice(words) for _ in range(site.ZSTD_FROM // 5)))
+    (tmp_path / "small.wasm").write_bytes(bytes(8192))  # gzip only: under ZSTD_FROM
+    cache = tmp_path / "cache"
+    site.precompress(tmp_path, zstd_cache=cache)
+    assert sorted(p.name for p in tmp_path.glob("*.zst")) == [big.name + ".zst"]
+    zst = tmp_path / f"{big.name}.zst"
+    assert _unzstd(zst.read_bytes()) == big.read_bytes()
+    assert zst.stat().st_size < (tmp_path / f"{big.name}.gz").stat().st_size
+    assert site.sent_size(big) == zst.stat().st_size
+
+    def get(accept):
+        request = urllib.request.Request(served.url + big.name,
+                                         headers={"Accept-Encoding": accept})
+        with urllib.request.urlopen(request) as r:
+            return r.headers, r.read()
+    headers, body = get("gzip, deflate, br, zstd")  # (Chromium's)
+    assert headers["Content-Encoding"] == "zstd" and headers["Vary"] == "Accept-Encoding"
+    assert _unzstd(body) == big.read_bytes()
+    headers, body = get("gzip, zstd;q=0")
+    assert headers["Content-Encoding"] == "gzip" and gzip.decompress(body) == big.read_bytes()
+    headers, body = get("identity")
+    assert headers["Content-Encoding"] is None and body == big.read_bytes()
+    # a rebuild takes the cached .zst: zstd does not run again
+    zst.unlink()
+    monkeypatch.setattr(site, "_run", lambda *a, **k: pytest.fail("zstd ran again"))
+    site.precompress(tmp_path, zstd_cache=cache)
+    assert _unzstd(zst.read_bytes()) == big.read_bytes()
 
 
 def test_the_model_weights_leave_the_wheel_for_files_of_their_own(tmp_path):

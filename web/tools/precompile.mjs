@@ -7,7 +7,8 @@
 // drop: a regular expression (Python syntax); members whose names match it are left out (what
 // no page needs at run time: type stubs, C headers, static libraries, test-only extensions).
 // store: every member is stored, none deflated (a page unzips the wheel in JS, after one native
-// gunzip of the whole file: web/boot.js fetchPackages).
+// gunzip of the whole file: web/boot.js fetchPackages; the stdlib zip goes out compressed as a
+// whole, and zipimport then inflates nothing).
 // Wheels get a new RECORD. Prints one JSON line: per job, the counts and sizes.
 import fs from "node:fs";
 import path from "node:path";
