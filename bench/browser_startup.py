@@ -5,9 +5,8 @@ HTTP cache, the service worker and the interpreter's memory snapshot the first v
 web/boot.js), with the bytes the server sent until `ready` (the bodies as they went over the
 wire: compressed where the server compressed them) and then for the service worker's offline
 copy of the site (until it controls the page and the snapshot is kept). Each visit's line on
-stderr says how loadEmber booted: from the snapshot an earlier visit kept (`restored`), from the
-one the site ships (`shipped`: a first visit), without one (`none`), from a damaged one
-(`failed`); None for a page without loadEmber.
+stderr says how loadEmber booted: from the snapshot (`restored`), without one (`none`), from a
+damaged one that it deleted (`failed`); None for a page without loadEmber (PyScript's).
 
 Time to ready is `performance.now()` when #status first reads `ready`: from the start of the
 navigation, so the page, its modules, the worker and Pyodide's boot all count. The reference
@@ -16,8 +15,7 @@ column is the goal of issue 25 (<= 1.5 s cold, <= 0.8 s warm, <= 15 MB sent cold
 
 The site is built with `ember site` into a temporary folder, or taken as it is from
 $EMBER_STARTUP_SITE (a build folder: to measure an older build with the same harness).
-$EMBER_STARTUP_PAGES=playground/,demos/mnist/ measures only those; $EMBER_STARTUP_DWELL_MS sets
-how long a first visit stays after its offline copy (DWELL_MS); $EMBER_STARTUP_VERBOSE=1
+$EMBER_STARTUP_PAGES=playground/,demos/mnist/ measures only those; $EMBER_STARTUP_VERBOSE=1
 lists every request of every visit on stderr; $EMBER_STARTUP_BEFORE=DIR measures that build
 too, its visits interleaved with this build's, as the reference column (instead of the goal).
 """
@@ -73,20 +71,11 @@ def _visit(context, server, url, settle=None, booted=None):
     return got["ms"]
 
 
-# How long a first visit stays once its offline copy and snapshot are kept, as a visitor does.
-# Chromium keeps the runtime's compiled wasm (V8's code cache, beside the HTTP cache's copy) a
-# few seconds after its code has been optimised, and a page closed before that leaves none: the
-# next visits compile as they run (the import ~200 ms instead of ~90 on the browser-training
-# page). With the site's snapshot a first visit runs less Python, and closing it as soon as the
-# snapshot was kept left no cache on the lightest pages (web/README.md).
-DWELL_MS = int(os.environ.get("EMBER_STARTUP_DWELL_MS", 8_000))
-
-
 def _offline_copy(page, timeout_ms=8_000):
     """Wait until the service worker controls the page (it has cached the site) and a page
     that booted with web/boot.js has kept its memory snapshot (or failed to: the marks
-    ember.js sets), so that the warm visits do not compete with either, then DWELL_MS; pages
-    without a service worker wait timeout_ms for it."""
+    ember.js sets), so that the warm visits do not compete with either; pages without a
+    service worker wait timeout_ms."""
     try:
         page.wait_for_function("() => navigator.serviceWorker?.controller != null",
                                timeout=timeout_ms)
@@ -95,13 +84,11 @@ def _offline_copy(page, timeout_ms=8_000):
     if _snapshot(page) not in (None, "restored"):
         page.wait_for_function("() => ['ember:snapshot-saved', 'ember:snapshot-failed'].some("
                                "(m) => performance.getEntriesByName(m).length)", timeout=120_000)
-    page.wait_for_timeout(DWELL_MS)
 
 
 def _snapshot(page):
-    """How the page's loadEmber booted (web/ember.js's mark at ready): "restored" (from the
-    memory snapshot an earlier visit kept), "shipped" (from the site's), "none", "failed"; None
-    for a page without loadEmber."""
+    """How the page's loadEmber booted (web/ember.js's mark at ready): "restored" (from a memory
+    snapshot), "none", "failed"; None for a page without loadEmber."""
     return page.evaluate("""performance.getEntriesByType("mark").map((m) => m.name)
         .filter((n) => n.startsWith("ember:ready:snapshot-")).map((n) => n.slice(21))[0] ?? null""")
 

@@ -135,8 +135,7 @@ def test_what_start_up_leaves_out_loads_on_first_use(page):
     assert out.startswith(f"{here.getvalue()}False\n"), out
 
 
-# ---- the memory snapshot (web/boot.js): the site's own on a first visit, then one made after the
-# first ready, restored on later visits ----
+# ---- the memory snapshot (web/boot.js): made after the first ready, restored on later visits ----
 BOOTED = """performance.getEntriesByType("mark").map((m) => m.name)
   .filter((n) => n.startsWith("ember:ready:snapshot-")).map((n) => n.slice(21))"""
 SAVED = "() => performance.getEntriesByName('ember:snapshot-saved').length > 0"
@@ -171,38 +170,9 @@ def fresh(browser, own_server, site_dir):
     assert not errors, errors
 
 
-def test_a_first_visit_boots_from_the_site_s_snapshot_and_computes(fresh, site_dir):
-    pg = fresh
-    shipped = [p for p in (site_dir / "pyodide").glob("*/memory-snapshot.bin")]
-    assert len(shipped) == 1  # made by `ember site` in Node, in the pinned runtime's folder
-    assert _visit(pg) == "shipped"
-    assert run_code(pg, CHECK).startswith("1.5 6.0\n")
-    # the build machine's paths did not travel in the heap (web/tools/snapshot.mjs)
-    out = run_code(pg, "import os, sys\nprint(sys.executable, os.environ['_'], os.getcwd())")
-    assert out.endswith("\n/home/pyodide/this.program ./this.program /home/pyodide\n"), out
-    pg.wait_for_function(SAVED)  # one of its own all the same (web/ember.js says why)
-    assert pg.evaluate(KEPT) == [pg.pinned + "memory-snapshot.bin"]
-    assert _visit(pg) == "restored"
-
-
-def test_a_damaged_site_snapshot_is_refused_and_the_page_boots_afresh(fresh):
-    pg = fresh
-    cut = {}
-
-    def truncated(route):  # the site's snapshot cut short on its way (its check fails)
-        body = route.fetch().body()
-        cut["bytes"] = len(body)
-        route.fulfill(status=200, body=body[: len(body) // 2],
-                      headers={"Content-Type": "application/octet-stream"})
-    pg.route("**/memory-snapshot.bin", truncated)
-    assert _visit(pg) == "failed"
-    assert cut["bytes"] > 1_000_000
-    assert run_code(pg, CHECK).startswith("1.5 6.0\n")
-
-
 def test_a_later_visit_boots_from_the_snapshot_the_first_one_kept(fresh):
     pg = fresh
-    assert _visit(pg) == "shipped"
+    assert _visit(pg) == "none"
     pg.wait_for_function(SAVED)  # made in a worker of its own once the page was ready
     assert pg.evaluate(KEPT) == [pg.pinned + "memory-snapshot.bin"]
     assert _visit(pg) == "restored"
@@ -242,7 +212,7 @@ DAMAGE = {
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_a_damaged_snapshot_is_deleted_and_the_page_boots_afresh(fresh, damage):
     pg = fresh
-    assert _visit(pg) == "shipped"
+    assert _visit(pg) == "none"
     pg.wait_for_function(SAVED)
     pg.evaluate(f"""async ([pinned, key]) => {{
       const cache = await caches.open("pyodide-snapshots");

@@ -185,26 +185,6 @@ def test_ember_js_is_pointed_at_the_pinned_runtime(tmp_path):
         site.point_at_pinned(ember_js, "0123456789abcdef")  # already pinned: nothing to rewrite
 
 
-def test_ember_js_gets_the_shipped_snapshot_s_name_and_check(tmp_path):
-    ember_js = tmp_path / "ember.js"
-    ember_js.write_text((ROOT / "web" / "ember.js").read_text())
-    shipped = {"file": "memory-snapshot.bin", "check": "1040:abc"}
-    site.point_at_pinned(ember_js, "0123456789abcdef", 1, {}, shipped)
-    assert ('const SHIPPED_SNAPSHOT = {"file": "memory-snapshot.bin", "check": "1040:abc"};'
-            in ember_js.read_text())
-
-
-def test_the_snapshot_check_sums_every_64th_word_as_boot_js_does():
-    import struct
-    words = [(i * 2654435761) & 0xFFFFFFFF for i in range(260)]
-    data = struct.pack("<260I", *words)
-    total = 0
-    for i in (0, 64, 128, 192, 256):  # boot.js check(): sum = sum * 31 + word, 32 bits
-        total = (total * 31 + words[i]) % 2**32
-    assert site.snapshot_check(data) == f"1040:{total:x}"
-    assert site.snapshot_check(bytes(8)) == "8:0"
-
-
 def test_connections_are_kept_alive(served):
     import http.client
     conn = http.client.HTTPConnection("127.0.0.1", served.server_address[1])

@@ -308,31 +308,28 @@ function check(bytes) {
   return `${bytes.byteLength}:${sum.toString(16)}`;
 }
 
-// The snapshot to boot from: null where there is none, else {bytes: a promise of them, shipped},
-// read and checked while loadPyodide loads pyodide.asm.js (it awaits the promise only then: the
-// ~21 MB took 60-85 ms here, on the way to the runtime's own files before). The one kept here
-// comes first; else the site's own, `shipped` ({file, check}: `ember site` made it at build time
-// from this very runtime, web/tools/snapshot.mjs), fetched beside the runtime: a first visit
-// then skips Python's start and the bootstrap too. One that fails the check rejects its
-// promise: loadPyodide fails, and boot() deletes the kept one and boots afresh.
+// The kept snapshot: null where there is none, else {bytes: a promise of them}, read and checked
+// while loadPyodide loads pyodide.asm.js (it awaits the promise only then: the ~21 MB took
+// 60-85 ms here, on the way to the runtime's own files before). One that fails the check
+// rejects its promise: loadPyodide fails, and boot() deletes it and boots afresh.
 // (caches.match with a cacheName, not caches.open: a first visit creates no cache to find none)
-async function findSnapshot(indexURL, shipped) {
-  let hit = null;
+async function findSnapshot(indexURL) {
+  let hit;
   try {
     hit = await caches.match(snapshotKey(indexURL), { cacheName: SNAPSHOTS });
-  } catch { /* no Cache Storage (outside a secure context, some private windows) */ }
-  if (!hit && !shipped) return null;
-  const source = hit ? Promise.resolve(hit) : fetch(new URL(shipped.file, indexURL));
-  const bytes = source.then(async (response) => {
-    if (!response.ok) throw new Error(`the site's memory snapshot: HTTP ${response.status}`);
-    const bytes = new Uint8Array(await response.arrayBuffer());
-    if (bytes.byteLength % 4 || check(bytes) !== (hit ? hit.headers.get(CHECK) : shipped.check)) {
-      throw new Error(`the ${hit ? "kept" : "site's"} memory snapshot is damaged`);
+  } catch { // no Cache Storage (outside a secure context, some private windows)
+    return null;
+  }
+  if (!hit) return null;
+  const bytes = hit.arrayBuffer().then((buffer) => {
+    const bytes = new Uint8Array(buffer);
+    if (bytes.byteLength % 4 || hit.headers.get(CHECK) !== check(bytes)) {
+      throw new Error("the kept memory snapshot is damaged");
     }
     return bytes;
   });
   bytes.catch(() => {}); // (loadPyodide awaits it, or boot gives up before)
-  return { bytes, shipped: !hit };
+  return { bytes };
 }
 
 async function forgetSnapshot(indexURL) {
@@ -359,12 +356,11 @@ export async function makeSnapshot(indexURL) {
   return snapshot.length;
 }
 
-// boot({indexURL, cdn, emberWheelURL, unpacked, progress, bytes, stdout, stderr, snapshots,
-//       shipped}) -> {pyodide, run, versions, timings, snapshot}
-// snapshot: "restored" (booted from the kept snapshot), "shipped" (from the site's, `shipped`:
-// none was kept yet), "none" (there was neither: the page may make one, makeSnapshot) or
-// "failed" (it was damaged or did not boot, and the kept one was deleted: booted afresh).
-// snapshots: false boots without one.
+// boot({indexURL, cdn, emberWheelURL, unpacked, progress, bytes, stdout, stderr, snapshots})
+//   -> {pyodide, run, versions, timings, snapshot}
+// snapshot: "restored" (booted from the kept snapshot), "none" (there was none: the page may
+// make one, makeSnapshot) or "failed" (it was damaged or did not boot, and was deleted:
+// booted afresh). snapshots: false boots without one.
 // unpacked: a promise of fetchPackages(indexURL) started elsewhere (ember.js, on the page's thread,
 // for a worker); by default boot fetches them itself once the runtime is up. A failure there falls
 // back to loadPackage. progress(stage, message); bytes(n): the boot files' bytes so far (byteMeter);
@@ -391,11 +387,11 @@ async function mountCache(FS) {
 export async function boot(options) {
   // (looked up while the runtime's scripts load; the CDN's runtime is not the site's: none is kept)
   const found = options.cdn || options.snapshots === false ? Promise.resolve(null)
-    : findSnapshot(options.indexURL, options.shipped);
-  let used = null;
+    : findSnapshot(options.indexURL);
+  let used = false;
   try {
-    const py = await bootOnce(options, found.then((kept) => { used = kept; return kept; }));
-    return { ...py, snapshot: !used ? "none" : used.shipped ? "shipped" : "restored" };
+    const py = await bootOnce(options, found.then((kept) => { used = !!kept; return kept; }));
+    return { ...py, snapshot: used ? "restored" : "none" };
   } catch (e) {
     if (!used) throw e;
     await forgetSnapshot(options.indexURL); // (damaged, or it did not boot)

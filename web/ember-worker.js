@@ -45,7 +45,7 @@ self.onmessage = async ({ data: m }) => {
     try {
       py = await boot({
         indexURL: m.indexURL, cdn: m.cdn, emberWheelURL: m.wheel, models: m.models,
-        snapshots: m.snapshots, shipped: m.shipped,
+        snapshots: m.snapshots,
         unpacked: m.packagesFromPage ? packages : undefined,
         progress: (stage, message) => postMessage({ type: "progress", stage, message }),
         bytes: (n) => postMessage({ type: "bytes", n }),

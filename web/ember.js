@@ -8,10 +8,9 @@
 //   models    names of ember.models the page loads at start ("mnist", "fashion-mnist"): their
 //             weights come with the packages (others: before the first run that loads them)
 //   snapshots true (default): boot from the memory snapshot of an interpreter that an earlier
-//             visit kept (boot.js), or else from the one the site ships beside its runtime,
-//             and keep one once ready where none was kept (handle.snapshot: "restored",
-//             "shipped", "none" or "failed"; handle.snapshotSaved: a promise of its bytes, or
-//             null)
+//             visit kept (boot.js), and keep one once ready where there was none
+//             (handle.snapshot: "restored", "none" or "failed"; handle.snapshotSaved: a
+//             promise of its bytes, or null)
 //   onProgress({stage, message, ms})   stages: runtime, packages, import, ready
 //   onBytes({loaded, total})   the boot files' bytes so far, and in all (null where not known)
 //   progressBar  true (default): while loading, a bar with those bytes right after the page's
@@ -32,9 +31,6 @@ export const DEFAULT_INDEX_URL = new URL("../pyodide/", import.meta.url).href;
 // writes the figure in; null: not known), and those of each model's weights (loadEmber's models)
 const BOOT_BYTES = null;
 const WEIGHT_BYTES = {};
-// the memory snapshot the site ships beside that runtime, {file, check} (`ember site` writes it
-// in; null: none), for boots from DEFAULT_INDEX_URL only: another runtime's heap would not boot
-const SHIPPED_SNAPSHOT = null;
 
 async function emberWheelURL() {
   const info = await (await fetch(new URL("../build-info.json", import.meta.url))).json();
@@ -46,7 +42,6 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, models 
                                   onBytes = () => {}, progressBar = true, onStdout = () => {},
                                   onStderr = () => {} } = {}) {
   const t0 = performance.now();
-  const shipped = indexURL === undefined && !cdn ? SHIPPED_SNAPSHOT : null;
   const total = indexURL === undefined && !cdn && BOOT_BYTES
     ? models.reduce((sum, name) => sum + (WEIGHT_BYTES[name] ?? 0), BOOT_BYTES) : null;
   indexURL = new URL(indexURL ?? (cdn ? CDN_URL : DEFAULT_INDEX_URL), location.href).href;
@@ -65,10 +60,10 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, models 
   let handle;
   try {
     handle = worker
-      ? await bootWorker({ indexURL, cdn, wheel, models, snapshots, shipped, progress, bytes,
-                           onStdout, onStderr })
-      : await bootHere({ indexURL, cdn, wheel, models, snapshots, shipped, progress,
-                         bytes: bytes(0), onStdout, onStderr });
+      ? await bootWorker({ indexURL, cdn, wheel, models, snapshots, progress, bytes, onStdout,
+                           onStderr })
+      : await bootHere({ indexURL, cdn, wheel, models, snapshots, progress, bytes: bytes(0),
+                         onStdout, onStderr });
   } finally {
     bar?.remove();
   }
@@ -76,12 +71,10 @@ export async function loadEmber({ indexURL, cdn = false, worker = false, models 
   // the site's offline copy (web/offline.js), imported only now: one module fewer on the way to
   // the worker's start
   if (!cdn) import("./offline.js").then((m) => m.registerOffline(), () => {});
-  // the next visits boot from a memory snapshot (boot.js), made where none was kept once the
+  // the next visits boot from a memory snapshot (boot.js), made where none restored once the
   // page's #status reads ready (offline.js: its own start-up, a model and a first inference,
   // competed with it for the CPU); the User Timing mark says how this boot went (the start-up
-  // bench reads it). Also after a boot from the site's snapshot: the throwaway interpreter runs
-  // Python's whole start, and the next visits' import was ~150 ms faster with it than without
-  // (the browser keeps the wasm's optimised code once enough of it has run: web/README.md)
+  // bench reads it)
   performance.mark?.(`ember:ready:snapshot-${handle.snapshot}`);
   handle.snapshotSaved = !cdn && snapshots && handle.snapshot !== "restored"
     ? import("./offline.js").then((m) => m.pageReady(), () => {}).then(() => saveSnapshot(indexURL))
@@ -161,12 +154,11 @@ function showBar() {
   };
 }
 
-async function bootHere({ indexURL, cdn, wheel, models, snapshots, shipped, progress, bytes,
-                          onStdout, onStderr }) {
+async function bootHere({ indexURL, cdn, wheel, models, snapshots, progress, bytes, onStdout,
+                          onStderr }) {
   let sinks = { out: onStdout, err: onStderr };
-  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, models, snapshots, shipped,
-                          progress, bytes, stdout: (t) => sinks.out(t),
-                          stderr: (t) => sinks.err(t) });
+  const py = await boot({ indexURL, cdn, emberWheelURL: wheel, models, snapshots, progress, bytes,
+                          stdout: (t) => sinks.out(t), stderr: (t) => sinks.err(t) });
   let queue = Promise.resolve();
   return {
     worker: false, versions: py.versions, timings: { ...py.timings }, pyodide: py.pyodide,
@@ -185,8 +177,8 @@ async function bootHere({ indexURL, cdn, wheel, models, snapshots, shipped, prog
   };
 }
 
-function bootWorker({ indexURL, cdn, wheel, models, snapshots, shipped, progress, bytes,
-                      onStdout, onStderr }) {
+function bootWorker({ indexURL, cdn, wheel, models, snapshots, progress, bytes, onStdout,
+                      onStderr }) {
   const workerBytes = bytes(1);
   const w = new Worker(new URL("./ember-worker.js", import.meta.url), { type: "module" });
   const runs = new Map();
@@ -236,7 +228,7 @@ function bootWorker({ indexURL, cdn, wheel, models, snapshots, shipped, progress
         if (run) { runs.delete(m.id); run.reject(new Error(m.message)); } else fail(m.message);
       }
     };
-    w.postMessage({ type: "boot", indexURL, cdn, wheel, models, snapshots, shipped, interrupt,
+    w.postMessage({ type: "boot", indexURL, cdn, wheel, models, snapshots, interrupt,
                     packagesFromPage: !cdn });
     if (!cdn) {
       // fetched and unzipped here while the worker boots the runtime: this thread is idle then

@@ -48,14 +48,12 @@ RUNTIME_FILES = ("pyodide.mjs", "pyodide.js", "pyodide.asm.js", "pyodide.asm.was
 TEST_WHEELS = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "pygments==2.21.0",
                "hypothesis==6.155.7", "sortedcontainers==2.4.0")
 PRECOMPILE_VERSION = "4"  # bump when web/tools/precompile.mjs changes what it writes
-# The memory snapshot the site ships (shipped_snapshot); bump when web/tools/snapshot.mjs changes
-SNAPSHOT_FILE, SNAPSHOT_VERSION = "memory-snapshot.bin", "1"
 # The runtime's big files also go out as zstd (write_zstd): level 19 with an 8 MiB window (the
 # most a browser must take, RFC 8878) shrinks them about as brotli 10 does (the wasm 3.14 MB as
-# gzip -> 2.44, the numpy wheel 3.20 -> 2.27, the snapshot 3.95 -> 3.00) and decodes faster than
-# gzip. Brotli, tried first, cost the pages more than it saved here: its decoding made the
-# drawing page ready ~300 ms later cold and ~150 ms warm than gzip did (6 interleaved fresh
-# profiles). Made once per input with Debian's zstd (~3 s a file) and cached.
+# gzip -> 2.44, the numpy wheel 3.20 -> 2.27, the stdlib zip 3.59 -> 2.71) and decodes faster than
+# gzip. Brotli decodes slower than gzip (Node here: the wasm 30 against 18 ms), and pages sent it
+# were ready later than with gzip in interleaved runs (web/README.md). Made once per input with
+# Debian's zstd (~3 s a file) and cached.
 ZSTD_LEVEL, ZSTD_FROM = 19, 1 << 20  # (smaller files: gzip is as good)
 # Members of the release's wheels that no page needs at run time, left out of the site's copies
 # (precompile.mjs `drop`): fewer files to unpack and, for numpy, four test-only extension modules
@@ -244,12 +242,12 @@ def write_gzip(path, at_most=None):
     return True
 
 
-# What the server sends compressed (Content-Encoding: gzip or br): `ember site` writes <file>.gz
+# What the server sends compressed (Content-Encoding: gzip or zstd): `ember site` writes <file>.gz
 # beside every file of these kinds that gzip shrinks by a tenth or more (the Pyodide wasm:
 # 10.1 -> 3.2 MB), once, at build time; the server sends it to a browser that accepts gzip (all
 # do) and the browser unpacks it as it arrives. The boot wheels' <wheel>.gz is that very file.
 COMPRESSIBLE = (".wasm", ".js", ".mjs", ".json", ".html", ".css", ".py", ".txt", ".svg",
-                ".map", ".whl", ".xml", ".zip", ".bin")  # (.bin: the memory snapshot)
+                ".map", ".whl", ".xml", ".zip")
 
 
 def precompress(folder, skip=(), zstd_cache=None):
@@ -287,37 +285,6 @@ def write_zstd(cache, files):
     for f, c in made.items():
         if c.stat().st_size < Path(f"{f}.gz").stat().st_size:
             shutil.copyfile(c, f"{f}.zst")
-
-
-# ---- the memory snapshot the site ships -------------------------------------------------------
-def snapshot_check(data):
-    """web/boot.js check(): the length and a sum over every 64th 32-bit word (little-endian)."""
-    total = 0
-    for word in memoryview(data)[: len(data) // 4 * 4].cast("I")[::64]:
-        total = (total * 31 + word) & 0xFFFFFFFF
-    return f"{len(data)}:{total:x}"
-
-
-def shipped_snapshot(root, cache, site_pyodide, lock, log=print):
-    """site_pyodide/SNAPSHOT_FILE: a memory snapshot of this runtime booted in Node
-    (web/tools/snapshot.mjs), which a page's first visit restores instead of starting Python
-    (web/boot.js findSnapshot); returns its check. Made once per input and cached: each run's
-    bytes differ (the interpreter's hash seed), and the pinned runtime's tag hashes them. The
-    heap holds zipimport's table of the stdlib zip and the lock's import names, hence the key."""
-    script = Path(root) / "web" / "tools" / "snapshot.mjs"
-    imports = sorted((n, p.get("imports", [])) for n, p in lock["packages"].items())
-    key = hashlib.sha256(json.dumps([SNAPSHOT_VERSION, PYODIDE_VERSION, sha256(script), imports] + [
-        sha256(site_pyodide / f) for f in ("pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm",
-                                           "python_stdlib.zip")]).encode()).hexdigest()[:16]
-    cached = Path(cache) / "snapshots" / key / SNAPSHOT_FILE
-    if not cached.is_file():
-        log("making the memory snapshot of the booted runtime in Node (once; cached)")
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(".tmp")
-        _run(["node", str(script), str(site_pyodide), str(tmp)], "making the memory snapshot")
-        tmp.replace(cached)
-    shutil.copyfile(cached, site_pyodide / SNAPSHOT_FILE)
-    return snapshot_check(cached.read_bytes())
 
 
 # The weights of ember.models: 3.4 MB of ember's 4.1 MB wheel, which only the pages that show a
@@ -448,25 +415,20 @@ def pin_runtime(site_pyodide):
 
 BYTES_MARK = "const BOOT_BYTES = null;"
 WEIGHT_BYTES_MARK = "const WEIGHT_BYTES = {};"
-SHIPPED_MARK = "const SHIPPED_SNAPSHOT = null;"
 
 
-def point_at_pinned(ember_js, tag, boot_bytes=None, weight_bytes=None, shipped=None):
+def point_at_pinned(ember_js, tag, boot_bytes=None, weight_bytes=None):
     """ember.js's default indexURL made the pinned runtime's; `boot_bytes` (what a boot loads
     from there, as sent) and `weight_bytes` ({model: bytes of its weights}, where a page names
-    its models) written in for its progress bar, `shipped` ({file, check}: the runtime's memory
-    snapshot, shipped_snapshot) for its first boot."""
+    its models) written in for its progress bar."""
     text = ember_js.read_text()
-    marks = (PIN_MARK, BYTES_MARK, *((WEIGHT_BYTES_MARK,) if weight_bytes is not None else ()),
-             *((SHIPPED_MARK,) if shipped is not None else ()))
-    if any(text.count(m) != 1 for m in marks):
-        raise SiteError(f"{ember_js}: expected one of each of " + ", ".join(
-            f"`{m}`" for m in marks) + " (the default indexURL to pin, the figures to write in)")
+    if text.count(PIN_MARK) != 1 or text.count(BYTES_MARK) != 1 or (
+            weight_bytes is not None and text.count(WEIGHT_BYTES_MARK) != 1):
+        raise SiteError(f"{ember_js}: expected one `{PIN_MARK}` (the default indexURL) to pin "
+                        f"and one `{BYTES_MARK}` (and `{WEIGHT_BYTES_MARK}`)")
     text = text.replace(BYTES_MARK, f"const BOOT_BYTES = {json.dumps(boot_bytes)};")
     if weight_bytes is not None:
         text = text.replace(WEIGHT_BYTES_MARK, f"const WEIGHT_BYTES = {json.dumps(weight_bytes)};")
-    if shipped is not None:
-        text = text.replace(SHIPPED_MARK, f"const SHIPPED_SNAPSHOT = {json.dumps(shipped)};")
     ember_js.write_text(text.replace(PIN_MARK, f'new URL("../pyodide/{tag}/", import.meta.url)'))
 
 
@@ -828,12 +790,6 @@ def _build(out, root, fast_start, log):
     (site_pyodide / "pyodide-lock.json").write_text(json.dumps(site_lock, indent=1))
     for f in boot_wheels:
         write_gzip(site_pyodide / f)
-    shipped = None
-    if fast_start:
-        shipped = {"file": SNAPSHOT_FILE,
-                   "check": shipped_snapshot(root, cache, site_pyodide, site_lock, log)}
-        techniques += ["a memory snapshot of the booted runtime (made in Node) for first visits",
-                       "zstd beside gzip"]
 
     with tarfile.open(pyscript_tgz) as tar:
         members = [m for m in tar.getmembers()
@@ -845,13 +801,15 @@ def _build(out, root, fast_start, log):
 
     # before pinning: the pinned folder links the .gz and .zst files too
     precompress(site_pyodide, zstd_cache=cache if fast_start else None)
+    if fast_start:
+        techniques += ["the runtime's big files also as zstd"]
     tag = pin_runtime(site_pyodide)
     techniques += ["the runtime pinned under a content-addressed folder, cached for good"]
     _copytree(root / "web", out / "web", ignore=("tools", "README.md", "service-worker.js"))
     point_at_pinned(out / "web" / "ember.js", tag, sum(sent_size(site_pyodide / f) for f in (
         "pyodide.mjs", "pyodide.asm.js", "pyodide.asm.wasm", "python_stdlib.zip",
-        "pyodide-lock.json", *boot_wheels, *([SNAPSHOT_FILE] if shipped else []))),
-        {n: sent_size(site_pyodide / w["file_name"]) for n, w in weights.items()}, shipped)
+        "pyodide-lock.json", *boot_wheels)), {n: sent_size(site_pyodide / w["file_name"])
+                                              for n, w in weights.items()})
     book = build_book(root, out / "book", log)
     # the examples that have a page (docs/examples/*/index.html), e.g. training in the browser
     for page in sorted((root / "docs" / "examples").glob("*/index.html")):
