@@ -50,18 +50,26 @@ export function byteMeter(indexURL, onBytes = () => {}) {
   const seen = new Map(); // url -> bytes
   const report = () => onBytes([...seen.values()].reduce((a, b) => a + b, 0));
   let observer = null;
+  const note = (entries) => {
+    for (const e of entries) {
+      if (e.name.startsWith(indexURL) && e.encodedBodySize) seen.set(e.name, e.encodedBodySize);
+    }
+    report();
+  };
   if (typeof PerformanceObserver === "function") {
-    observer = new PerformanceObserver((list) => {
-      for (const e of list.getEntries()) {
-        if (e.name.startsWith(indexURL) && e.encodedBodySize) seen.set(e.name, e.encodedBodySize);
-      }
-      report();
-    });
+    observer = new PerformanceObserver((list) => note(list.getEntries()));
     try { observer.observe({ type: "resource" }); } catch { observer = null; }
   }
   return {
     add(url, n) { seen.set(url, (seen.get(url) ?? 0) + n); report(); },
-    stop() { observer?.disconnect(); },
+    // (the entries not delivered yet count too: the observer's callbacks wait for a thread that
+    // is busy booting Python, and a boot could end with most of the runtime's bytes uncounted)
+    stop() {
+      if (!observer) return;
+      note(observer.takeRecords());
+      observer.disconnect();
+      observer = null;
+    },
   };
 }
 
