@@ -250,10 +250,11 @@ COMPRESSIBLE = (".wasm", ".js", ".mjs", ".json", ".html", ".css", ".py", ".txt",
                 ".map", ".whl", ".xml", ".zip")
 
 
-def precompress(folder, skip=(), zstd_cache=None):
+def precompress(folder, skip=(), zstd_cache=None, log=print):
     """<file>.gz beside each COMPRESSIBLE file of `folder` (recursively, but not in the top
     folders named in `skip`) of 1 KiB or more, where that saves a tenth; with zstd_cache (a
-    folder), also <file>.zst beside each of those of ZSTD_FROM bytes or more (write_zstd)."""
+    folder), also <file>.zst beside each of those of ZSTD_FROM bytes or more (write_zstd).
+    Returns whether it wrote .zst files."""
     big = []
     for path in sorted(Path(folder).rglob("*")):
         if (path.suffix in COMPRESSIBLE and path.relative_to(folder).parts[0] not in skip
@@ -261,22 +262,21 @@ def precompress(folder, skip=(), zstd_cache=None):
             if (Path(f"{path}.gz").exists() or write_gzip(path, at_most=0.9)) and (
                     path.stat().st_size >= ZSTD_FROM):
                 big.append(path)
-    if zstd_cache and big:
-        write_zstd(zstd_cache, big)
+    return bool(zstd_cache and big) and write_zstd(zstd_cache, big, log)
 
 
-def write_zstd(cache, files):
+def write_zstd(cache, files, log=print):
     """<file>.zst beside each of `files` (Debian's zstd, ZSTD_LEVEL, an 8 MiB window), kept
     where smaller than its .gz. Cached by content: the runtime's files are the same build after
-    build. Without the zstd command the site is sent as gzip, and the build says so."""
+    build. Without the zstd command the site is sent as gzip, and the build says so. Returns
+    whether the .zst files were written."""
     store = Path(cache) / "zstd"
     store.mkdir(parents=True, exist_ok=True)
     made = {f: store / f"{sha256(f)}-{ZSTD_LEVEL}.zst" for f in files}
     missing = [f for f, c in made.items() if not c.is_file()]
     if missing and shutil.which("zstd") is None:
-        print("ember site: no `zstd` command (apt-get install zstd): the runtime goes out as "
-              "gzip only", file=sys.stderr)
-        return
+        log("no `zstd` command (apt-get install zstd): the runtime goes out as gzip only")
+        return False
     for f in missing:  # (one at a time: a file's own threads, -T0, use every core)
         tmp = made[f].with_suffix(".tmp")
         _run(["zstd", f"-{ZSTD_LEVEL}", "--long=23", "-T0", "-q", "-f", "-o", str(tmp), str(f)],
@@ -285,6 +285,7 @@ def write_zstd(cache, files):
     for f, c in made.items():
         if c.stat().st_size < Path(f"{f}.gz").stat().st_size:
             shutil.copyfile(c, f"{f}.zst")
+    return True
 
 
 # The weights of ember.models: 3.4 MB of ember's 4.1 MB wheel, which only the pages that show a
@@ -436,14 +437,19 @@ def point_at_pinned(ember_js, tag, boot_bytes=None, weight_bytes=None):
 ENCODINGS = (("zstd", ".zst"), ("gzip", ".gz"))
 
 
+def precompressed(path):
+    """[(encoding, file)] of the copies precompress() made of `path`, in ENCODINGS' order."""
+    if not str(path).endswith(COMPRESSIBLE):
+        return []
+    return [(name, f"{path}{suffix}") for name, suffix in ENCODINGS
+            if os.path.isfile(f"{path}{suffix}")]
+
+
 def sent_size(path):
     """The bytes the server sends for `path` to a browser that takes zstd (Chromium does): its
     precompressed .zst or .gz where there is one."""
-    if path.suffix in COMPRESSIBLE:
-        for _, suffix in ENCODINGS:
-            if Path(f"{path}{suffix}").is_file():
-                return Path(f"{path}{suffix}").stat().st_size
-    return path.stat().st_size
+    copies = precompressed(path)
+    return os.path.getsize(copies[0][1] if copies else path)
 
 
 def is_pinned(url_path):
@@ -800,8 +806,7 @@ def _build(out, root, fast_start, log):
             target.write_bytes(tar.extractfile(m).read())
 
     # before pinning: the pinned folder links the .gz and .zst files too
-    precompress(site_pyodide, zstd_cache=cache if fast_start else None)
-    if fast_start:
+    if precompress(site_pyodide, zstd_cache=cache if fast_start else None, log=log):
         techniques += ["the runtime's big files also as zstd"]
     tag = pin_runtime(site_pyodide)
     techniques += ["the runtime pinned under a content-addressed folder, cached for good"]
@@ -890,13 +895,12 @@ class Handler(SimpleHTTPRequestHandler):
         if not os.path.isfile(path):
             return super().send_head()  # a folder's redirect to its slash, or a 404
         ctype, encoding = self.guess_type(path), None
-        if path.endswith(COMPRESSIBLE):  # precompress(): the first the browser takes
-            for name, suffix in ENCODINGS:
-                if os.path.isfile(f"{path}{suffix}"):
-                    self._vary = True
-                    if self.accepts(name):
-                        path, encoding = f"{path}{suffix}", name
-                        break
+        copies = precompressed(path)  # the first the browser takes
+        self._vary = bool(copies)
+        for name, copy in copies:
+            if self.accepts(name):
+                path, encoding = copy, name
+                break
         st = os.stat(path)
         self._etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'  # (the two encodings' differ)
         if self._etag in (self.headers.get("If-None-Match") or ""):
