@@ -515,7 +515,8 @@ def _matmul(a, b):
     if threads == 1 or a.dtype != b.dtype or m * n * k < MIN_PARALLEL_GEMM or (
             b.shape[-2] != k) or not a.size or not b.size or _cblas() is None:
         return np.matmul(a, b)  # (a mismatch: NumPy's own error)
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    # (two matrices, a training step's products: no broadcasting to work out)
+    batch = () if a.ndim == b.ndim == 2 else np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     # split over the pool, or whole on this thread: measured on this machine (ember.autotune),
     # split first (the default). A hand-off costs ~1 us to a worker still spinning after the
     # last job, 35-100 us to one asleep (a 2-vCPU VM); an MLP's 784 -> 256 at batch 64 (12.8M
@@ -544,11 +545,15 @@ def _split(a, b, batch, threads):
     return out
 
 
+_NO_OFFSETS = np.zeros(1, np.int64)  # a single product's one item starts at its array's start
+
+
 def _operand(x, batch, rows, cols):
     """How gemm_part reads x [..., rows, cols] broadcast to `batch`: (the array to pass: x, or
     a C-contiguous copy where BLAS cannot read x's layout; transposed; its leading dimension;
     each batch item's offset in elements)."""
-    strides = np.broadcast_to(x, batch + (rows, cols)).strides
+    strides = x.strides if x.ndim == 2 and not batch else np.broadcast_to(
+        x, batch + (rows, cols)).strides
     *outer, sr, sc = (st // x.itemsize for st in strides)
     whole = not any(st % x.itemsize or st < 0 for st in strides)  # (in elements, forward)
     if whole and sc == 1 and sr >= max(cols, 1):
@@ -557,6 +562,8 @@ def _operand(x, batch, rows, cols):
         transposed, ld = 1, sc
     else:  # (reversed, a row or a column of stride 0, say): copied
         return _operand(np.ascontiguousarray(x), batch, rows, cols)
+    if not batch:
+        return x, transposed, ld, _NO_OFFSETS
     offsets = np.zeros(batch, np.int64)
     for d, (size, st) in enumerate(zip(batch, outer)):
         offsets += (np.arange(size, dtype=np.int64) * st).reshape((size,) + (1,) * (
