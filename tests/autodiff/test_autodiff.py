@@ -207,3 +207,18 @@ def test_on_final_gets_each_leafs_complete_gradient_during_backward():
     for x in (a, b):
         assert by_leaf[x._prim.node.id] is x.grad(grads)  # already the final value
     assert unused.grad(grads) is None
+
+
+def test_a_grad_rule_reading_a_value_the_tape_did_not_keep_names_the_op_and_the_fix():
+    from ember.ops import Op
+    from ember.tensor import _apply
+
+    def rule(g, y, x):
+        return (g * x.sum(),)  # reads x, which `saves` leaves out
+    op = Op("twice", "custom", lambda x: x * 2, grad=rule, saves=(),
+            shape=lambda s: s, dtype=lambda d: d)
+    x = t([1.0, 2.0])
+    loss = _apply(op, x).sum()
+    with pytest.raises(ember.BackendError, match=r"grad rule of twice \(input 0\) reads \.sum.*"
+                       r"add it to the op's saves"):
+        loss.backward()

@@ -12,14 +12,17 @@ Nothing here names an op: everything comes from the op table.
 """
 
 import itertools
+import sys
 import threading
 
-from ..backend.base import Backend, sole_owner
-from ..dtype import is_float
+from ..backend.base import _FREE, Backend
+from ..dtype import DTYPES, is_float
 from ..errors import BackendError, DTypeError
 from ..ops import Op
 from ..tensor import Tensor
 
+_refcount = sys.getrefcount
+_FLOATS = frozenset(d for d in DTYPES if is_float(d))
 _state = threading.local()  # per thread: no_grad in one thread does not affect another
 _ids = itertools.count(1)
 
@@ -91,12 +94,16 @@ class Autodiff(Backend):
     def execute(self, op, inputs, attrs, shape, dtype):
         # comprehensions, not loops: a loop variable would hold a reference to an input
         inner_inputs = [x.prim if type(x) is ADPrim else x for x in inputs]
-        tracked = any(type(x) is ADPrim and x.node is not None for x in inputs)
-        record = tracked and op.grad is not None and is_float(dtype) and is_grad_enabled()
+        parents = [x.node if type(x) is ADPrim else None for x in inputs]
+        # (the cheap tests first: every op of a training step pays for these)
+        record = op.grad is not None and dtype in _FLOATS and parents.count(None) < len(
+            parents) and getattr(_state, "enabled", True)
+        # the inputs the grad rule reads, held before the inner backend runs: their references
+        # keep it from writing its result into their buffers
         saved = {pos: inner_inputs[pos] for pos in op.saves if pos != "out"} if record else None
         moved = []
         for i in op.donors:  # hand an unshared input's buffer down to the inner backend
-            if i < len(inputs) and sole_owner(inputs, i) and type(inputs[i]) is ADPrim:
+            if i < len(inputs) and _refcount(inputs[i]) <= _FREE and type(inputs[i]) is ADPrim:
                 moved.append(i)
                 inputs[i].prim = None
         try:
@@ -107,18 +114,12 @@ class Autodiff(Backend):
             raise
         if not record:
             return ADPrim(out, None, shape, dtype)
-        parents, metas = [], []
-        for pos, x in enumerate(inputs):
-            if type(x) is ADPrim:
-                parents.append(x.node)
-                metas.append((x.shape, x.dtype))
-            else:
-                parents.append(None)
-                metas.append(None)
-                saved[pos] = x  # Python scalars: rules read them (g * b)
+        metas = tuple([(x.shape, x.dtype) if type(x) is ADPrim else None for x in inputs])
+        if None in metas:  # Python scalars: rules read them (g * b)
+            saved.update((pos, x) for pos, x in enumerate(inputs) if type(x) is not ADPrim)
         if "out" in op.saves:
             saved["out"] = out
-        return ADPrim(out, Node(op, attrs, tuple(parents), tuple(metas), saved), shape, dtype)
+        return ADPrim(out, Node(op, attrs, tuple(parents), metas, saved), shape, dtype)
 
     def from_numpy(self, array):
         return ADPrim(self.inner.from_numpy(array), None, array.shape, array.dtype.name)
@@ -169,12 +170,11 @@ class Autodiff(Backend):
                   on_final=on_final)
         return grads
 
-    def grad_tensor(self, prim, node, create_graph):
+    def grad_tensor(self, prim, shape, dtype, node, create_graph):
         """A Tensor over a saved inner prim: on the inner backend, or tracked here."""
         if create_graph:
-            return Tensor(ADPrim(prim.prim, node, prim.shape, prim.dtype), self, prim.shape,
-                          prim.dtype)
-        return Tensor(prim.prim, self.inner, prim.shape, prim.dtype)
+            return Tensor(ADPrim(prim, node, shape, dtype), self, shape, dtype)
+        return Tensor(prim, self.inner, shape, dtype)
 
 
 
@@ -210,20 +210,22 @@ class Gradients:
 
 
 class _Unsaved:
-    """Stands for an input whose values the grad rule does not read (not in `saves`)."""
+    """Stands for an input (at position `pos`; "out": the output) whose values the grad rule
+    of `op` does not read (not in `saves`)."""
 
-    __slots__ = ("shape", "dtype", "_why")
+    __slots__ = ("shape", "dtype", "_op", "_pos")
 
-    def __init__(self, shape, dtype, why):
-        self.shape, self.dtype, self._why = shape, dtype, why
+    def __init__(self, shape, dtype, op, pos):
+        self.shape, self.dtype, self._op, self._pos = shape, dtype, op, pos
 
     @property
     def ndim(self):
         return len(self.shape)
 
     def __getattr__(self, name):
-        raise BackendError(f"{self._why} reads .{name}, but the op table's `saves` does not keep "
-                           "that value: add it to the op's saves")
+        what = "output" if self._pos == "out" else f"input {self._pos}"
+        raise BackendError(f"the grad rule of {self._op.name} ({what}) reads .{name}, but the op "
+                           "table's `saves` does not keep that value: add it to the op's saves")
 
 
 def _topological(root):
@@ -275,25 +277,24 @@ def _walk(root, seed, backend, create_graph, retain, sink, on_final=None):
             if on_final is not None:  # every consumer of a leaf comes before it in the order
                 on_final(node.id, sink[node.id])
             continue
-        if node.saved is None:
-            raise BackendError(f"backward: the graph through {node.op.name} was freed by an "
+        saved, op = node.saved, node.op
+        if saved is None:
+            raise BackendError(f"backward: the graph through {op.name} was freed by an "
                                "earlier backward(); run the forward pass again, or pass "
                                "retain_graph=True to the first backward()")
         args = []
         for pos, meta in enumerate(node.metas):
             if meta is None:
-                args.append(node.saved[pos])
-            elif pos in node.saved:
-                args.append(backend.grad_tensor(
-                    ADPrim(node.saved[pos], None, *meta), node.parents[pos], create_graph))
+                args.append(saved[pos])
+            elif pos in saved:
+                args.append(backend.grad_tensor(saved[pos], *meta, node.parents[pos],
+                                                create_graph))
             else:
-                args.append(_Unsaved(*meta, f"the grad rule of {node.op.name} (input {pos})"))
+                args.append(_Unsaved(*meta, op, pos))
         # the output's shape/dtype are those of the seed gradient flowing into it
-        out = (backend.grad_tensor(ADPrim(node.saved["out"], None, g.shape, g.dtype), node,
-                                   create_graph)
-               if "out" in node.saved else _Unsaved(g.shape, g.dtype,
-                                                    f"the grad rule of {node.op.name} (output)"))
-        results = node.op.grad(g, out, *args, **node.attrs)
+        out = (backend.grad_tensor(saved["out"], g.shape, g.dtype, node, create_graph)
+               if "out" in saved else _Unsaved(g.shape, g.dtype, op, "out"))
+        results = op.grad(g, out, *args, **node.attrs)
         if not retain:
             node.saved = None
         del g, out, args
@@ -302,7 +303,8 @@ def _walk(root, seed, backend, create_graph, retain, sink, on_final=None):
                 continue
             if callable(gi):  # a rule's lazy gradient, only paid for when needed
                 gi = gi()
-            gi = _sum_to(gi, meta[0])
+            if gi.shape != meta[0]:
+                gi = _sum_to(gi, meta[0])
             if gi.dtype != meta[1]:
                 gi = gi.cast(meta[1])
             pending[parent.id] = pending[parent.id] + gi if parent.id in pending else gi
