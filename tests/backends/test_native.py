@@ -148,6 +148,23 @@ def test_in_place_and_out(lib):
     assert native.gelu(np.empty((0, 3), np.float32)).shape == (0, 3)
 
 
+def test_an_arrays_address_is_its_data_whatever_buffer_it_exports():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    ro = x.copy()
+    ro.flags.writeable = False
+    for a in (x, x[1:], x.T, x[:, ::2], ro, np.broadcast_to(x[:1], (3, 4)), np.empty(0),
+              np.array(1.5), np.zeros((2, 2), bool)):
+        assert native._at(a) == a.ctypes.data
+
+
+@needs_cc
+def test_a_read_only_input_is_read_where_it_lies(lib):
+    x = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
+    x.flags.writeable = False
+    np.testing.assert_array_equal(native.relu(x), np.maximum(x, 0))
+    np.testing.assert_array_equal(native.mask_where(x, x < 0, 2.0), np.where(x < 0, 2, x))
+
+
 @needs_cc
 def test_what_the_kernels_do_not_take_falls_back_to_numpy(lib):
     x = np.random.default_rng(2).standard_normal((6, 8)).astype(np.float32)

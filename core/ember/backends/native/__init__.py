@@ -72,6 +72,20 @@ GCC_ONLY = ("-fno-tree-loop-distribute-patterns",)
 TUNE = ("-march=native",)
 
 _F32 = np.dtype(np.float32)
+
+
+def _at(x):
+    """The address of x's data, from the buffer x exports: a quarter of `x.ctypes.data`'s
+    time, which builds an object on every call (~1 us here, and a small op passes 2-5 arrays).
+    An array that exports no writable C-contiguous buffer (read-only, a strided view, empty)
+    goes through `.ctypes.data`."""
+    try:
+        return ctypes.addressof(_BYTE.from_buffer(x))
+    except (TypeError, ValueError):
+        return x.ctypes.data
+
+
+_BYTE = ctypes.c_char
 _PQ = np.ascontiguousarray(numerics._GELU_F32_PQ, dtype=np.float32).reshape(-1)
 _lock = threading.Lock()
 _lib = None
@@ -340,8 +354,8 @@ class Native(kernels.Kernels):
         if x.dtype != _F32 or not _ready():
             return None
         s = np.array(scalars, _F32)
-        _lib.adam_f32(*(a.ctypes.data for a in (x, g, m0, v0, new_x, m, v)), x.size, w, small,
-                      s.ctypes.data)
+        _lib.adam_f32(*(_at(a) for a in (x, g, m0, v0, new_x, m, v)), x.size, w, small,
+                      _at(s))
         return True
 
     def relu(self, x, out=None):
@@ -539,8 +553,8 @@ def _split(a, b, batch, threads):
     out = np.empty(batch + (m, n), a.dtype)
     axis, size = (0, items) if items >= threads else (1, m) if m >= n else (2, n)
     double = a.dtype == np.float64
-    args = (gemm[double], double | gemm[2] << 1, axis, a.ctypes.data, b.ctypes.data,
-            out.ctypes.data, m, n, k, ta, lda, tb, ldb, at.ctypes.data, bt.ctypes.data, items)
+    args = (gemm[double], double | gemm[2] << 1, axis, _at(a), _at(b),
+            _at(out), m, n, k, ta, lda, tb, ldb, _at(at), _at(bt), items)
     _parallel("gemm", args, size, min(threads, size))
     return out
 
@@ -581,7 +595,7 @@ def gelu(x, out=None):
         return None
     if out is None:
         out = np.empty(x.shape, _F32)
-    _lib.gelu_f32(x.ctypes.data, out.ctypes.data, x.size, _PQ.ctypes.data)
+    _lib.gelu_f32(_at(x), _at(out), x.size, _at(_PQ))
     return out
 
 
@@ -591,7 +605,7 @@ def gelu_grad(g, x, out=None):
         return None
     if out is None:
         out = np.empty(x.shape, _F32)
-    _lib.gelu_grad_f32(g.ctypes.data, x.ctypes.data, out.ctypes.data, x.size, _PQ.ctypes.data)
+    _lib.gelu_grad_f32(_at(g), _at(x), _at(out), x.size, _at(_PQ))
     return out
 
 
@@ -606,7 +620,7 @@ def mask_where(x, mask, value, out=None):
         return None  # not exact in float32: NumPy's own conversion rules
     if out is None:
         out = np.empty(x.shape, _F32)
-    _lib.mask_where_f32(x.ctypes.data, mask.ctypes.data, value, out.ctypes.data, x.size)
+    _lib.mask_where_f32(_at(x), _at(mask), value, _at(out), x.size)
     return out
 
 
@@ -616,7 +630,7 @@ def relu(x, out=None):
         return None
     if out is None:
         out = np.empty(x.shape, _F32)
-    _lib.relu_f32(x.ctypes.data, out.ctypes.data, x.size)
+    _lib.relu_f32(_at(x), _at(out), x.size)
     return out
 
 
@@ -644,7 +658,7 @@ class _Geometry:
     def args(self):
         """kernels.c's (x, c, h, w, top, left, hp, wp) arguments."""
         n, c, h, w = self.x.shape
-        return (self.x.ctypes.data, c, h, w, self.top, self.left, self.hp, self.wp)
+        return (_at(self.x), c, h, w, self.top, self.left, self.hp, self.wp)
 
     def scratches(self, parts):
         return np.empty((parts, self.scratch), _F32)
@@ -667,9 +681,9 @@ def _conv(lib, x, w, b, padding, dilation, out_hw):
     out = np.empty((n, o) + tuple(out_hw), _F32)
     parts = _parts(n, n * o * c * t * out_hw[0] * geo.wp)
     scratch = geo.scratches(parts)
-    args = geo.args() + (wpk.ctypes.data, None if bias is None else bias.ctypes.data,
-                         geo.off.ctypes.data, t, out.ctypes.data, o) + tuple(out_hw)
-    _parallel("conv2d", args + (scratch.ctypes.data, scratch.shape[1]), n, parts)
+    args = geo.args() + (_at(wpk), None if bias is None else _at(bias),
+                         _at(geo.off), t, _at(out), o) + tuple(out_hw)
+    _parallel("conv2d", args + (_at(scratch), scratch.shape[1]), n, parts)
     return out
 
 
@@ -712,9 +726,9 @@ def conv2d_weight(x, g, kernel, stride, padding, dilation, groups):
     parts = _parts(n, n * o * c * t * oh * geo.wp)
     scratch = geo.scratches(parts)
     sums = np.zeros((parts, o, c, t, lib.vector), _F32)
-    args = (g.ctypes.data, o, oh, ow) + geo.args() + (geo.off.ctypes.data, t)
-    _parallel("conv2d_weight", args + (sums.ctypes.data, sums[0].size, geo.block,
-                                       scratch.ctypes.data, scratch.shape[1]), n, parts)
+    args = (_at(g), o, oh, ow) + geo.args() + (_at(geo.off), t)
+    _parallel("conv2d_weight", args + (_at(sums), sums[0].size, geo.block,
+                                       _at(scratch), scratch.shape[1]), n, parts)
     return sums.sum(axis=(0, 4), dtype=_F32).reshape(o, c, kh, kw)
 
 

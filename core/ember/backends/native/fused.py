@@ -31,7 +31,7 @@ import numpy as np
 
 from ... import fusion
 from ...ops import BINARY, COMPARE, FLOATS, numerics, prims
-from . import FLAGS, GCC_ONLY, SIMD, TUNE, _parallel, _threads, compile_library
+from . import FLAGS, GCC_ONLY, SIMD, TUNE, _at, _parallel, _threads, compile_library
 
 COMPILE_AT = 1 << 20  # elements a signature runs on NumPy's path before it is compiled
 MIN_PARALLEL = 1 << 16  # elements from which a block is split over the pool's threads
@@ -406,16 +406,16 @@ def fuse(block):
     shape_arg = np.array(dims, np.int64)
     stride_arg = np.array([s for st in strides for s in st] or [0], np.int64)
     ptrs = (ctypes.c_void_p * (len(leaves) + len(outs)))(
-        *[x.ctypes.data for x in leaves], *[o.ctypes.data for o in outs])
+        *[_at(x) for x in leaves], *[_at(o) for o in outs])
     sc = b"".join(scalars) or b"\0" * 8
-    args = (rank, shape_arg.ctypes.data, stride_arg.ctypes.data, ptrs, sc)
+    args = (rank, _at(shape_arg), _at(stride_arg), ptrs, sc)
     chunks = -(-size // 64)  # parts start on 64 elements: whole cache lines of float32
     parts = min(_threads(), max(1, size // MIN_PARALLEL))
     if parts == 1:
         fn(0, size, *args)
     else:
         _parallel("fused", (ctypes.cast(fn, ctypes.c_void_p).value, size, rank,
-                            shape_arg.ctypes.data, stride_arg.ctypes.data,
+                            _at(shape_arg), _at(stride_arg),
                             ctypes.addressof(ptrs), ctypes.cast(sc, ctypes.c_void_p).value),
                   chunks, parts)
     counters["runs"] += 1
