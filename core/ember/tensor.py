@@ -620,10 +620,12 @@ class Tensor:
         x = self
         if op is prims.sum and self.dtype == "bool":
             x = x.cast(D.DEFAULT_INT)
-        out = _apply(op, x, dims=dims)
         if keepdim:
-            return out
+            return _apply(op, x, dims=dims)
+        if op is _SUM:  # sum drops the dims itself: one op
+            return _apply(op, x, dims=dims, keepdim=False)
         # the reduced dims have size 1: dropping them is a reshape that needs no checking
+        out = _apply(op, x, dims=dims)
         return out._reshaped(tuple([s for i, s in enumerate(self.shape) if i not in dims]))
 
     def sum(self):

@@ -18,7 +18,7 @@ import threading
 from ..backend.base import _FREE, Backend
 from ..dtype import DTYPES, is_float
 from ..errors import BackendError, DTypeError
-from ..ops import Op
+from ..ops import Op, prims
 from ..tensor import Tensor
 
 _refcount = sys.getrefcount
@@ -246,14 +246,16 @@ def _topological(root):
 
 
 def _sum_to(g, shape):
-    """Sum a gradient of a broadcast result down to its input's shape."""
+    """Sum a gradient of a broadcast result down to its input's shape, in one op where the
+    shapes allow (a bias's gradient: the leading dims dropped by the sum itself)."""
     if g.shape == shape:
         return g
     lead = g.ndim - len(shape)
-    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
-                                      if s == 1 and g.shape[lead + i] != 1)
-    if dims:
-        g = g.sum_dim(dims)
+    ones = tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
+    if lead and not ones:
+        return g._reduce(prims.sum, tuple(range(lead)), keepdim=False)
+    if ones or lead:
+        g = g.sum_dim(tuple(range(lead)) + ones)
     return g.reshape(shape)
 
 

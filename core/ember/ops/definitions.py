@@ -184,8 +184,8 @@ def _sum_np(x, dims, keepdim=True):
 
 
 def _sum_grad(g, y, x, dims, keepdim=True):
-    if not keepdim:  # g lacks the reduced dims: put them back (size 1) to broadcast
-        g = g.reshape(_reduce_shape(x.shape, dims))
+    if not keepdim and g.ndim:  # g lacks the reduced dims: put them back (size 1) to broadcast
+        g = g.reshape(_reduce_shape(x.shape, dims))  # (a 0-d g, x.sum()'s, broadcasts as it is)
     return (g.expand(x.shape),)
 
 
@@ -291,9 +291,16 @@ op("cat", MOVEMENT, lambda *xs, dim: np.concatenate(xs, axis=dim), None, _cat_gr
 
 
 # ---- indexing and masks -------------------------------------------------------------------
+_UNSIGNED = {np.dtype(np.int32): np.uint32, np.dtype(np.int64): np.uint64}
+
+
 def _check_index(name, idx, size, dim):
-    if idx.size and (idx.min() < 0 or idx.max() >= size):
-        bad = idx.min() if idx.min() < 0 else idx.max()
+    unsigned = _UNSIGNED.get(idx.dtype)
+    if not idx.size or (unsigned is not None and idx.view(unsigned).max() < size):
+        return  # (one pass, not a min and a max: a negative index read as unsigned is huge)
+    low, high = idx.min(), idx.max()
+    if low < 0 or high >= size:
+        bad = low if low < 0 else high
         raise ShapeError(f"{name}: index {bad} is out of range for dim {dim} of size {size}; "
                          f"indices must lie in [0, {size})")
 
