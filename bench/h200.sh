@@ -18,6 +18,10 @@ export PYTHONPATH="$T:$PWD/core"
 # commit in every call of 2026-12-02)
 echo "commit $(cat .probe/HEAD 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo '?')"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+# whether WebGPU offers this GPU's matrix instructions: wgpu-native's "cooperative-matrix" takes
+# 8x8 f32 tiles only, on Vulkan where the driver lists that shape (its wgpu.h; issue 20)
+python3 -c "import wgpu; a = wgpu.gpu.request_adapter_sync(power_preference='high-performance'); \
+print(a.info['device'], '| cooperative-matrix:', 'cooperative-matrix' in a.features)" 2>&1 | tail -n 1
 for cmd in "$@"; do
     echo "=== $cmd"
     start=$SECONDS
