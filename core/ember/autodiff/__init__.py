@@ -16,13 +16,12 @@ import sys
 import threading
 
 from ..backend.base import _FREE, Backend
-from ..dtype import DTYPES, is_float
+from ..dtype import is_float
 from ..errors import BackendError, DTypeError
-from ..ops import Op, prims
+from ..ops import FLOATS, Op, prims
 from ..tensor import Tensor
 
 _refcount = sys.getrefcount
-_FLOATS = frozenset(d for d in DTYPES if is_float(d))
 _state = threading.local()  # per thread: no_grad in one thread does not affect another
 _ids = itertools.count(1)
 
@@ -96,7 +95,7 @@ class Autodiff(Backend):
         inner_inputs = [x.prim if type(x) is ADPrim else x for x in inputs]
         parents = [x.node if type(x) is ADPrim else None for x in inputs]
         # (the cheap tests first: every op of a training step pays for these)
-        record = op.grad is not None and dtype in _FLOATS and parents.count(None) < len(
+        record = op.grad is not None and dtype in FLOATS and parents.count(None) < len(
             parents) and getattr(_state, "enabled", True)
         # the inputs the grad rule reads, held before the inner backend runs: their references
         # keep it from writing its result into their buffers
@@ -252,12 +251,11 @@ def _sum_to(g, shape):
     if g.shape == shape:
         return g
     lead = g.ndim - len(shape)
-    ones = tuple(lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1)
-    if lead and not ones:
-        return g._reduce(prims.sum, tuple(range(lead)), keepdim=False)
-    if ones or lead:
-        g = g.sum_dim(tuple(range(lead)) + ones)
-    return g.reshape(shape)
+    dims = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(shape)
+                                      if s == 1 and g.shape[lead + i] != 1)
+    if dims:  # leading dims are dropped by the sum itself (the reshape puts back size-1 dims)
+        g = g._reduce(prims.sum, dims, keepdim=not lead)
+    return g if g.shape == shape else g.reshape(shape)
 
 
 def _backprop(root, seed, backend, create_graph, retain, sink, on_final=None):

@@ -87,6 +87,7 @@ def _at(x):
 
 _BYTE = ctypes.c_char
 _PQ = np.ascontiguousarray(numerics._GELU_F32_PQ, dtype=np.float32).reshape(-1)
+_PQ_AT = _at(_PQ)  # (the module holds _PQ for good: its address is found once)
 _lock = threading.Lock()
 _lib = None
 _failed = False  # a load failed: NumPy computes, and no second attempt (nor warning)
@@ -595,7 +596,7 @@ def gelu(x, out=None):
         return None
     if out is None:
         out = np.empty(x.shape, _F32)
-    _lib.gelu_f32(_at(x), _at(out), x.size, _at(_PQ))
+    _lib.gelu_f32(_at(x), _at(out), x.size, _PQ_AT)
     return out
 
 
@@ -605,7 +606,7 @@ def gelu_grad(g, x, out=None):
         return None
     if out is None:
         out = np.empty(x.shape, _F32)
-    _lib.gelu_grad_f32(_at(g), _at(x), _at(out), x.size, _at(_PQ))
+    _lib.gelu_grad_f32(_at(g), _at(x), _at(out), x.size, _PQ_AT)
     return out
 
 
