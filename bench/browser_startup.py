@@ -4,7 +4,9 @@ profile: empty HTTP cache, no service worker) and warm (the same profile, the ne
 HTTP cache, the service worker and the interpreter's memory snapshot the first visit left:
 web/boot.js), with the bytes the server sent until `ready` (the bodies as they went over the
 wire: compressed where the server compressed them) and then for the service worker's offline
-copy of the site (until it controls the page and the snapshot is kept). Each visit's line on
+copy of the site (until it controls the page and the snapshot is kept). Also the CPU seconds
+the browser's processes used until `ready` (Linux): on a machine whose cores a visit keeps
+busy, only less work makes it faster. Each visit's line on
 stderr says how loadEmber booted: from the snapshot (`restored`), without one (`none`), from a
 damaged one that it deleted (`failed`); None for a page without loadEmber (PyScript's).
 
@@ -46,11 +48,48 @@ READY_PROBE = """(() => {
 })();"""
 
 
-def _visit(context, server, url, settle=None, booted=None):
+def _browser_cpu():
+    """CPU seconds used so far by the browser's processes (this process's descendants but
+    Playwright's driver), the exited ones included (their parents' cutime); None without
+    Linux's /proc. On this 2-core machine a visit keeps both cores busy (the browser used
+    1.5-2.5 CPU seconds in a 0.8-1.3 s warm visit): its time to ready follows the work it
+    does, not how that work overlaps."""
+    try:
+        procs = {}
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        driver = b"run-driver" in f.read()  # (Node, its protocol)
+                except OSError:  # (exited meanwhile)
+                    continue
+                procs[int(pid)] = (int(fields[1]), sum(map(int, fields[11:15])), driver)
+    except OSError:
+        return None
+    ours, ticks = {os.getpid()}, 0
+    grew = True
+    while grew:
+        grew = False
+        for pid, (parent, _, _) in procs.items():
+            if parent in ours and pid not in ours:
+                ours.add(pid)
+                grew = True
+    for pid in ours - {os.getpid()}:
+        parent, used, driver = procs[pid]
+        if not driver:
+            ticks += used
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _visit(context, server, url, settle=None, booted=None, cpu=None):
     """One navigation in `context`: ms to ready. The server's counts are the caller's.
     settle(page): called once the page is ready, before it closes; booted: a list that gets
-    how loadEmber booted (_snapshot)."""
+    how loadEmber booted (_snapshot); cpu: one that gets the browser's CPU seconds until
+    ready (_browser_cpu), where known."""
     page = context.new_page()
+    before = _browser_cpu()
     outside = []
     # no page.route here: Playwright turns the HTTP cache off while routing. The browser's
     # host-resolver rules (OFFLINE_ARGS) block other hosts; this listener notices any attempt.
@@ -59,6 +98,9 @@ def _visit(context, server, url, settle=None, booted=None):
     page.goto(url)
     page.wait_for_function("() => window.__startup !== undefined", timeout=120_000)
     got = page.evaluate("window.__startup")
+    after = _browser_cpu()
+    if cpu is not None and before is not None and after is not None:
+        cpu.append(after - before)
     if booted is not None:
         booted.append(_snapshot(page))
     if settle:
@@ -117,12 +159,13 @@ def _cold_and_warm(p, server, name, r, log):
             sent = []
             r["cold"].append(_visit(context, server, server.url + name, settle=lambda page: (
                 sent.append(_sent(server, f"{name} cold", log)), _offline_copy(page)),
-                booted=r["booted"]))
+                booted=r["booted"], cpu=r["cold_cpu"]))
             r["cold_bytes"] += sent
             time.sleep(0.5)  # the cache writes
             r["offline_bytes"].append(_sent(server, f"{name} offline copy", log))
             for _ in range(WARM_VISITS):
-                r["warm"].append(_visit(context, server, server.url + name, booted=r["booted"]))
+                r["warm"].append(_visit(context, server, server.url + name, booted=r["booted"],
+                                        cpu=r["warm_cpu"]))
                 time.sleep(0.3)
                 r["warm_bytes"].append(_sent(server, f"{name} warm", log))
         finally:
@@ -136,7 +179,7 @@ def _measure(sites, pages, runs, log):
 
     from ember.site import SiteServer
     servers = {k: SiteServer(folder).start() for k, folder in sites.items()}
-    keys = ("cold", "warm", "cold_bytes", "offline_bytes", "warm_bytes")
+    keys = ("cold", "warm", "cold_bytes", "offline_bytes", "warm_bytes", "cold_cpu", "warm_cpu")
     result = {k: {page: {key: [] for key in (*keys, "booted")} for page in pages} for k in sites}
     try:
         with sync_playwright() as p:
@@ -145,10 +188,13 @@ def _measure(sites, pages, runs, log):
                     for k, server in servers.items():
                         r = result[k][name]
                         _cold_and_warm(p, server, name, r, log)
+                        visits = r["cold_cpu"][-1:] + r["warm_cpu"][-WARM_VISITS:]
+                        cpu = [round(c, 2) for c in visits]
                         print(f"  {k} {name}: cold {r['cold'][-1]:.0f} ms, warm "
                               f"{[round(w) for w in r['warm'][-WARM_VISITS:]]} ms, "
                               f"{r['cold_bytes'][-1] / 1e6:.2f} MB; snapshot "
-                              f"{r['booted'][-1 - WARM_VISITS:]}", file=sys.stderr)
+                              f"{r['booted'][-1 - WARM_VISITS:]}; browser CPU s {cpu}",
+                              file=sys.stderr)
     finally:
         for server in servers.values():
             server.stop()
@@ -191,16 +237,20 @@ def startup(ctx):
 
 def _rows(ctx, name, m, ref, vs):
     med = statistics.median
-    for case, key, kind, scale in (
-            (f"ready, cold (ms) {vs}", "cold", "cold", 1),
-            (f"ready, warm (ms) {vs}", "warm", "warm", 1),
-            (f"sent until ready, cold (MB) {vs}", "cold_bytes", "cold_mb", 1e6),
-            ("then sent for the offline copy (MB)", "offline_bytes", "offline_mb", 1e6),
-            ("sent, warm (MB)", "warm_bytes", "warm_mb", 1e6)):
-        reference = med(ref[key]) / scale if ref else GOAL.get(kind)
-        yield ctx.row(f"{name} {case}", med(m[key]) / scale, reference,
-                      "ms" if scale == 1 else "MB", samples=m[key], kind=kind, page=name,
-                      goal=GOAL.get(kind))
+    against = " vs the build before" if ref else ""
+    for case, key, kind, scale, unit in (
+            (f"ready, cold (ms) {vs}", "cold", "cold", 1, "ms"),
+            (f"ready, warm (ms) {vs}", "warm", "warm", 1, "ms"),
+            (f"sent until ready, cold (MB) {vs}", "cold_bytes", "cold_mb", 1e6, "MB"),
+            ("then sent for the offline copy (MB)", "offline_bytes", "offline_mb", 1e6, "MB"),
+            ("sent, warm (MB)", "warm_bytes", "warm_mb", 1e6, "MB"),
+            (f"browser CPU until ready, cold (s){against}", "cold_cpu", "cold_cpu", 1, "s"),
+            (f"browser CPU until ready, warm (s){against}", "warm_cpu", "warm_cpu", 1, "s")):
+        if not m[key]:  # (the CPU rows: not known without /proc)
+            continue
+        reference = med(ref[key]) / scale if ref and ref[key] else GOAL.get(kind)
+        yield ctx.row(f"{name} {case}", med(m[key]) / scale, reference, unit,
+                      samples=m[key], kind=kind, page=name, goal=GOAL.get(kind))
 
 
 BENCHMARKS = {"startup": startup}
@@ -218,4 +268,12 @@ def summarize(rows):
         lines.append(f"{kind}: worst {worst['page']} {worst['ember'] / scale:.2f} {unit} (goal "
                      f"{worst['goal'] / scale:.1f} {unit}); "
                      + (f"missed by {', '.join(missed)}" if missed else "every page meets it"))
+    for visit in ("cold", "warm"):
+        wall = {r["page"]: r["ember"] / 1000 for r in rows if r.get("kind") == visit}
+        busy = [r["ember"] / wall[r["page"]] for r in rows
+                if r.get("kind") == f"{visit}_cpu" and r["page"] in wall]
+        if busy:
+            lines.append(f"{visit}: the browser kept {min(busy):.1f}-{max(busy):.1f} cores busy "
+                         f"until ready (its CPU seconds over the seconds to ready; this machine "
+                         f"has {os.cpu_count()})")
     return lines

@@ -177,9 +177,11 @@ def test_a_later_visit_boots_from_the_snapshot_the_first_one_kept(fresh):
     assert pg.evaluate(KEPT) == [pg.pinned + "memory-snapshot.bin"]
     # kept sparse (boot.js): the heap's zero pages are not stored
     kept, heap = pg.evaluate("""async (pinned) => {
-      const hit = await caches.match(pinned + "memory-snapshot.bin", { cacheName: "pyodide-snapshots" });
+      const hit = await caches.match(pinned + "memory-snapshot.bin",
+                                     { cacheName: "pyodide-snapshots" });
       const { findSnapshot } = await import(new URL("../../web/boot.js", pinned).href);
-      return [(await hit.arrayBuffer()).byteLength, (await (await findSnapshot(pinned)).bytes).byteLength];
+      const heap = await (await findSnapshot(pinned)).bytes;
+      return [(await hit.arrayBuffer()).byteLength, heap.byteLength];
     }""", pg.pinned)
     assert kept < 0.75 * heap, (kept, heap)
     assert _visit(pg) == "restored"
@@ -224,14 +226,15 @@ def test_a_damaged_snapshot_is_deleted_and_the_page_boots_afresh(fresh, damage):
     pg.evaluate(f"""async ([pinned, key]) => {{
       const cache = await caches.open("pyodide-snapshots");
       const hit = await cache.match(key);
-      const {{ findSnapshot, keepSnapshot }} = await import(new URL("../../web/boot.js", pinned).href);
-      const heap = await (await findSnapshot(pinned)).bytes;  // (kept sparse: the heap itself)
+      const boot = await import(new URL("../../web/boot.js", pinned).href);
+      const heap = await (await boot.findSnapshot(pinned)).bytes;  // (kept sparse: the heap)
       const {{ bytes, recheck }} = ({DAMAGE[damage]})(heap);
       if (recheck) {{  // kept as boot.js keeps one: only the restore can tell
-        await keepSnapshot(pinned, bytes);
+        await boot.keepSnapshot(pinned, bytes);
       }} else {{  // the bytes as kept, cut short
         const kept = new Uint8Array(await hit.arrayBuffer());
-        await cache.put(key, new Response(kept.slice(0, kept.length >> 1), {{ headers: hit.headers }}));
+        const half = kept.slice(0, kept.length >> 1);
+        await cache.put(key, new Response(half, {{ headers: hit.headers }}));
       }}
     }}""", [pg.pinned, pg.pinned + "memory-snapshot.bin"])
     assert _visit(pg) == "failed"
