@@ -349,12 +349,14 @@ function sparse(bytes) {
   return out;
 }
 
-// sparse's inverse; null where `kept` is not one of its outputs (or is cut short)
-function unsparse(kept) {
+// sparse's inverse; null where `kept` is not one of its outputs (or is cut short) or does not
+// unpack to `length` bytes (what the check kept beside it says: a damaged header must not
+// make this allocate what it claims)
+function unsparse(kept, length) {
   if (kept.byteLength < 12) return null;
-  const [magic, length, count] = new Uint32Array(kept.buffer, kept.byteOffset, 3);
+  const [magic, claimed, count] = new Uint32Array(kept.buffer, kept.byteOffset, 3);
   const head = 3 + 2 * count;
-  if (magic !== SPARSE || kept.byteLength < 4 * head) return null;
+  if (magic !== SPARSE || claimed !== length || kept.byteLength < 4 * head) return null;
   const runs = new Uint32Array(kept.buffer, kept.byteOffset, head);
   const bytes = new Uint8Array(length);
   let at = 4 * head;
@@ -381,7 +383,7 @@ export async function findSnapshot(indexURL) {
   }
   if (!hit) return null;
   const bytes = hit.arrayBuffer().then((buffer) => {
-    const bytes = unsparse(new Uint8Array(buffer));
+    const bytes = unsparse(new Uint8Array(buffer), parseInt(hit.headers.get(CHECK), 10));
     if (!bytes || bytes.byteLength % 4 || hit.headers.get(CHECK) !== check(bytes)) {
       throw new Error("the kept memory snapshot is damaged");
     }
