@@ -68,16 +68,14 @@ def _browser_cpu():
                 procs[int(pid)] = (int(fields[1]), sum(map(int, fields[11:15])), driver)
     except OSError:
         return None
-    ours, ticks = {os.getpid()}, 0
-    grew = True
-    while grew:
-        grew = False
-        for pid, (parent, _, _) in procs.items():
-            if parent in ours and pid not in ours:
-                ours.add(pid)
-                grew = True
-    for pid in ours - {os.getpid()}:
-        parent, used, driver = procs[pid]
+    children = {}
+    for pid, (parent, _, _) in procs.items():
+        children.setdefault(parent, []).append(pid)
+    below, ticks = list(children.get(os.getpid(), ())), 0
+    while below:
+        pid = below.pop()
+        below += children.get(pid, ())
+        _, used, driver = procs[pid]
         if not driver:
             ticks += used
     return ticks / os.sysconf("SC_CLK_TCK")

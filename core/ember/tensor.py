@@ -618,7 +618,7 @@ class Tensor:
         dims = S.norm_dims(name, _as_int_tuple(dims, name), self.ndim) if dims is not None \
             else tuple(range(self.ndim))
         x = self
-        if op is prims.sum and self.dtype == "bool":
+        if op is _SUM and self.dtype == "bool":
             x = x.cast(D.DEFAULT_INT)
         if keepdim:
             return _apply(op, x, dims=dims)

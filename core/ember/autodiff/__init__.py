@@ -12,16 +12,14 @@ Nothing here names an op: everything comes from the op table.
 """
 
 import itertools
-import sys
 import threading
 
-from ..backend.base import _FREE, Backend
+from ..backend.base import Backend, sole_owner
 from ..dtype import is_float
 from ..errors import BackendError, DTypeError
 from ..ops import FLOATS, Op, prims
 from ..tensor import Tensor
 
-_refcount = sys.getrefcount
 _state = threading.local()  # per thread: no_grad in one thread does not affect another
 _ids = itertools.count(1)
 
@@ -96,14 +94,13 @@ class Autodiff(Backend):
         parents = [x.node if type(x) is ADPrim else None for x in inputs]
         # (the cheap tests first: every op of a training step pays for these)
         record = op.grad is not None and dtype in FLOATS and parents.count(None) < len(
-            parents) and getattr(_state, "enabled", True)
+            parents) and is_grad_enabled()
         # the inputs the grad rule reads, held before the inner backend runs: their references
         # keep it from writing its result into their buffers
         saved = {pos: inner_inputs[pos] for pos in op.saves if pos != "out"} if record else None
         moved = []
         for i in op.donors:  # hand an unshared input's buffer down to the inner backend
-            # (sole_owner's test written out, as NdArray's: a tiny op's time is mostly calls)
-            if i < len(inputs) and _refcount(inputs[i]) <= _FREE and type(inputs[i]) is ADPrim:
+            if i < len(inputs) and sole_owner(inputs, i) and type(inputs[i]) is ADPrim:
                 moved.append(i)
                 inputs[i].prim = None
         try:
@@ -304,8 +301,7 @@ def _walk(root, seed, backend, create_graph, retain, sink, on_final=None):
                 continue
             if callable(gi):  # a rule's lazy gradient, only paid for when needed
                 gi = gi()
-            if gi.shape != meta[0]:
-                gi = _sum_to(gi, meta[0])
+            gi = _sum_to(gi, meta[0])
             if gi.dtype != meta[1]:
                 gi = gi.cast(meta[1])
             pending[parent.id] = pending[parent.id] + gi if parent.id in pending else gi

@@ -72,6 +72,7 @@ GCC_ONLY = ("-fno-tree-loop-distribute-patterns",)
 TUNE = ("-march=native",)
 
 _F32 = np.dtype(np.float32)
+_BYTE = ctypes.c_char
 
 
 def _at(x):
@@ -85,7 +86,6 @@ def _at(x):
         return x.ctypes.data
 
 
-_BYTE = ctypes.c_char
 _PQ = np.ascontiguousarray(numerics._GELU_F32_PQ, dtype=np.float32).reshape(-1)
 _PQ_AT = _at(_PQ)  # (the module holds _PQ for good: its address is found once)
 _lock = threading.Lock()
